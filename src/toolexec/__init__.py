@@ -1,0 +1,115 @@
+"""toolexec: a concurrency-focused tool-call executor for LLM agents, built on trio.
+
+General layout: every module is private (``_name.py``) and holds one concept;
+this package only re-exports the public names. Anything not listed in
+``__all__`` may change without notice.
+"""
+
+from __future__ import annotations
+
+from ._errors import InternalError, RegistrationError, ToolError, ToolexecError
+from ._events import (
+    ApprovalRequested,
+    ApprovalResolved,
+    BatchFinished,
+    BatchPlanned,
+    CallbackSink,
+    CallCompleted,
+    CallFailed,
+    CallProgress,
+    CallStarted,
+    CallUpdate,
+    ChannelSink,
+    Event,
+    EventSink,
+    InputInvalid,
+    RunFinished,
+    RunStarted,
+)
+from ._executor import Batch, BatchOutcome, Steering, ToolExecutor
+from ._function import FunctionTool, function_tool
+from ._limits import ConcurrencyConfig, ExecutorStatistics, PoolStatistics
+from ._model import Message, Model, ModelResponse, Usage
+from ._plan import Batched, BatchPlan, ExecutionStrategy, Parallel, RunPlan, Sequential
+from ._policy import Allow, AllowAll, Ask, Decision, Deny, ExecutionGrant, ToolPolicy
+from ._registry import ToolRegistry
+from ._tool import Tool, ToolContext, ToolFactory
+from ._types import (
+    ContentBlock,
+    ErrorClass,
+    ImageContent,
+    JsonContent,
+    RoutingClass,
+    SideEffects,
+    TextContent,
+    ToolCall,
+    ToolDefinition,
+    ToolOutput,
+    ToolResult,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Allow",
+    "AllowAll",
+    "ApprovalRequested",
+    "ApprovalResolved",
+    "Ask",
+    "Batch",
+    "BatchFinished",
+    "BatchOutcome",
+    "BatchPlan",
+    "BatchPlanned",
+    "Batched",
+    "CallCompleted",
+    "CallFailed",
+    "CallProgress",
+    "CallStarted",
+    "CallUpdate",
+    "CallbackSink",
+    "ChannelSink",
+    "ConcurrencyConfig",
+    "ContentBlock",
+    "Decision",
+    "Deny",
+    "ErrorClass",
+    "Event",
+    "EventSink",
+    "ExecutionGrant",
+    "ExecutionStrategy",
+    "ExecutorStatistics",
+    "FunctionTool",
+    "ImageContent",
+    "InputInvalid",
+    "InternalError",
+    "JsonContent",
+    "Message",
+    "Model",
+    "ModelResponse",
+    "Parallel",
+    "PoolStatistics",
+    "RegistrationError",
+    "RoutingClass",
+    "RunFinished",
+    "RunPlan",
+    "RunStarted",
+    "Sequential",
+    "SideEffects",
+    "Steering",
+    "TextContent",
+    "Tool",
+    "ToolCall",
+    "ToolContext",
+    "ToolDefinition",
+    "ToolError",
+    "ToolExecutor",
+    "ToolFactory",
+    "ToolOutput",
+    "ToolPolicy",
+    "ToolRegistry",
+    "ToolResult",
+    "ToolexecError",
+    "Usage",
+    "function_tool",
+]

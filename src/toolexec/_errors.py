@@ -1,0 +1,51 @@
+"""Exceptions toolexec raises, and the one a tool raises to fail a call.
+
+The tree::
+
+    ToolexecError                      root of everything toolexec raises
+    +-- RegistrationError (ValueError) a bad tool definition or schema; raised
+    |                                  when you register, never per call
+    +-- InternalError                  a bug in toolexec: please report it
+    ToolError                          raised by a tool to fail its own call
+
+Nothing raises out of ``ToolExecutor`` for bad model input or a failing
+tool: those become error results. Only misuse by the host (a bad
+registration, a bad config) raises.
+"""
+
+from __future__ import annotations
+
+from ._types import ErrorClass
+
+__all__ = ["InternalError", "RegistrationError", "ToolError", "ToolexecError"]
+
+
+class ToolexecError(Exception):
+    """Root of the exceptions toolexec raises."""
+
+
+class RegistrationError(ToolexecError, ValueError):
+    """A tool cannot be registered: the message says what and where."""
+
+
+class InternalError(ToolexecError):
+    """toolexec broke one of its own invariants. Please report it."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(f"{message} (this is a bug in toolexec; please report it)")
+
+
+class ToolError(Exception):
+    """Raised by a tool to fail its call with a message the model should read.
+
+    The message is shown to the model verbatim; ``error_class`` defaults to
+    ``execution_error``. Any other exception a tool raises also becomes an
+    ``execution_error`` result, with the exception type and message.
+    """
+
+    def __init__(
+        self, message: str, *, error_class: ErrorClass = ErrorClass.EXECUTION_ERROR
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.error_class = error_class

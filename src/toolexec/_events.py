@@ -1,0 +1,265 @@
+"""Typed events and the sinks that receive them (DESIGN 3.8).
+
+Events are frozen values. Every event names the agent path it happened in
+(``root``, ``root/researcher#2``) and the batch; times are trio clock times.
+Sinks are synchronous and must not block: emitting happens on the call's
+path. A sink that raises is logged and otherwise ignored; a full channel
+sink drops the event and counts it.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Protocol, TypeAlias, runtime_checkable
+
+import attrs
+import trio
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from ._plan import BatchPlan
+    from ._types import ErrorClass, RoutingClass, ToolOutput
+
+__all__ = [
+    "ApprovalRequested",
+    "ApprovalResolved",
+    "BatchFinished",
+    "BatchPlanned",
+    "CallCompleted",
+    "CallFailed",
+    "CallProgress",
+    "CallStarted",
+    "CallUpdate",
+    "CallbackSink",
+    "ChannelSink",
+    "Event",
+    "EventSink",
+    "InputInvalid",
+    "RunFinished",
+    "RunStarted",
+]
+
+_log = logging.getLogger("toolexec.events")
+
+
+@attrs.frozen(kw_only=True)
+class BatchPlanned:
+    """A batch was routed and cut into runs; ``plan`` shows them."""
+
+    agent_path: str
+    batch_id: str
+    time: float
+    plan: BatchPlan
+
+
+@attrs.frozen(kw_only=True)
+class RunStarted:
+    """Run ``index`` of a batch began (the previous run has ended)."""
+
+    agent_path: str
+    batch_id: str
+    time: float
+    index: int
+    routing: RoutingClass
+    call_ids: tuple[str, ...]
+
+
+@attrs.frozen(kw_only=True)
+class RunFinished:
+    """Every call of run ``index`` has its result."""
+
+    agent_path: str
+    batch_id: str
+    time: float
+    index: int
+
+
+@attrs.frozen(kw_only=True)
+class CallStarted:
+    """A call was admitted and its tool began executing."""
+
+    agent_path: str
+    batch_id: str
+    time: float
+    call_id: str
+    tool_name: str
+    routing: RoutingClass
+
+
+@attrs.frozen(kw_only=True)
+class CallProgress:
+    """A running tool reported progress (host-only text)."""
+
+    agent_path: str
+    batch_id: str
+    time: float
+    call_id: str
+    tool_name: str
+    message: str
+
+
+@attrs.frozen(kw_only=True)
+class CallUpdate:
+    """A running tool streamed a partial output (host-only)."""
+
+    agent_path: str
+    batch_id: str
+    time: float
+    call_id: str
+    tool_name: str
+    partial: ToolOutput
+
+
+@attrs.frozen(kw_only=True)
+class CallCompleted:
+    """A call finished without error."""
+
+    agent_path: str
+    batch_id: str
+    time: float
+    call_id: str
+    tool_name: str
+    duration: float
+
+
+@attrs.frozen(kw_only=True)
+class CallFailed:
+    """A call got an error result (of any class, including skipped)."""
+
+    agent_path: str
+    batch_id: str
+    time: float
+    call_id: str
+    tool_name: str
+    error_class: ErrorClass
+    message: str
+    duration: float
+
+
+@attrs.frozen(kw_only=True)
+class InputInvalid:
+    """A call's arguments did not parse or failed the schema."""
+
+    agent_path: str
+    batch_id: str
+    time: float
+    call_id: str
+    tool_name: str
+    violations: tuple[str, ...]
+
+
+@attrs.frozen(kw_only=True)
+class ApprovalRequested:
+    """A call waits for a human decision (it holds no permit meanwhile)."""
+
+    agent_path: str
+    batch_id: str
+    time: float
+    call_id: str
+    tool_name: str
+    summary: str
+
+
+@attrs.frozen(kw_only=True)
+class ApprovalResolved:
+    """A pending approval was answered (or timed out)."""
+
+    agent_path: str
+    batch_id: str
+    time: float
+    call_id: str
+    tool_name: str
+    approved: bool
+    by: str
+
+
+@attrs.frozen(kw_only=True)
+class BatchFinished:
+    """Every call of a batch has its result."""
+
+    agent_path: str
+    batch_id: str
+    time: float
+    steering_messages: tuple[str, ...]
+    cancelled: bool
+
+
+Event: TypeAlias = (
+    BatchPlanned
+    | RunStarted
+    | RunFinished
+    | CallStarted
+    | CallProgress
+    | CallUpdate
+    | CallCompleted
+    | CallFailed
+    | InputInvalid
+    | ApprovalRequested
+    | ApprovalResolved
+    | BatchFinished
+)
+
+
+@runtime_checkable
+class EventSink(Protocol):
+    """Receives events. ``emit`` must return promptly and should not raise."""
+
+    def emit(self, event: Event) -> None:
+        """Take one event."""
+        ...
+
+
+@attrs.define(eq=False)
+class CallbackSink:
+    """A sink that calls ``fn(event)`` for every event."""
+
+    fn: Callable[[Event], object]
+
+    def emit(self, event: Event) -> None:
+        """Pass the event to the callback."""
+        self.fn(event)
+
+
+@attrs.define(eq=False)
+class ChannelSink:
+    """A sink feeding a bounded trio memory channel; never blocks.
+
+    When the channel is full (or its receiver is closed) the event is
+    dropped and counted in ``dropped``: a slow consumer cannot stall calls.
+
+    Example::
+
+        sink, events = ChannelSink.open(1000)
+        executor = ToolExecutor(registry, sinks=[sink])
+        async for event in events: ...
+    """
+
+    send_channel: trio.MemorySendChannel[Event]
+    dropped: int = 0
+
+    @classmethod
+    def open(cls, max_buffer_size: int) -> tuple[ChannelSink, trio.MemoryReceiveChannel[Event]]:
+        """A sink and the receive side of its channel."""
+        send, receive = trio.open_memory_channel[Event](max_buffer_size)
+        return cls(send), receive
+
+    def emit(self, event: Event) -> None:
+        """Put the event in the channel, or drop and count it."""
+        try:
+            self.send_channel.send_nowait(event)
+        except (trio.WouldBlock, trio.BrokenResourceError, trio.ClosedResourceError):
+            self.dropped += 1
+
+    def close(self) -> None:
+        """Close the send side, ending the receiver's iteration."""
+        self.send_channel.close()
+
+
+def emit_to(sinks: tuple[EventSink, ...], event: Event) -> None:
+    """Deliver an event to every sink; a raising sink is logged, not propagated."""
+    for sink in sinks:
+        try:
+            sink.emit(event)
+        except Exception:
+            _log.exception("event sink %r raised; event dropped for it", sink)

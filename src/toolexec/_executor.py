@@ -1,0 +1,636 @@
+"""The executor: plan a batch, admit its calls, run them, one result per call.
+
+Theory of operation.
+
+1. *Plan* (synchronous, no I/O): each call is looked up, its arguments
+   parsed and validated, and the policy asked. A failure at any step is a
+   short-circuit: the call is answered at once with an error result, takes no
+   permit and never splits a run. The rest get a routing class (DESIGN 3.1)
+   and the strategy cuts them into runs of one class, in emitted order.
+2. *Run*: runs execute one after another inside the batch's cancel scope.
+   Calls of a read-only or concurrent-mutator run start together in a
+   nursery the batch owns; a serial-mutator run executes its calls one at a
+   time in emitted order (a width-1 limiter alone would not give order).
+   Steering is polled after each run; if it returns messages the calls not
+   yet started are answered ``skipped``.
+3. *Call*: approval first (a waiting human holds no permit), then the
+   tool's limiter, then the class limiter, then the tool under its deadline.
+   Every exception a tool raises becomes a result; ``trio.Cancelled`` and
+   ``KeyboardInterrupt`` are never caught here.
+4. *Finish*: a host cancel cancels the batch scope; trio unwinds every task,
+   the scope absorbs its own cancellation, and each call still without a
+   result is answered ``cancelled``. Cancellation from an enclosing scope is
+   not ours to absorb: it propagates, as trio requires.
+"""
+
+from __future__ import annotations
+
+import inspect
+import itertools
+import json
+import logging
+import traceback
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, TypeAlias
+
+import attrs
+import trio
+
+from ._errors import ToolError
+from ._events import (
+    BatchFinished,
+    BatchPlanned,
+    CallCompleted,
+    CallFailed,
+    CallProgress,
+    CallStarted,
+    CallUpdate,
+    EventSink,
+    InputInvalid,
+    RunFinished,
+    RunStarted,
+    emit_to,
+)
+from ._lifecycle import CallSlot, State
+from ._limits import ConcurrencyConfig, ExecutorStatistics, Pools
+from ._plan import BatchPlan, ExecutionStrategy, Parallel, RunPlan
+from ._policy import HOST_GRANT, AllowAll, Ask, Deny, ExecutionGrant, ToolPolicy
+from ._tool import ToolContext
+from ._types import (
+    ContentBlock,
+    ErrorClass,
+    RoutingClass,
+    SideEffects,
+    TextContent,
+    ToolCall,
+    ToolOutput,
+    ToolResult,
+)
+
+if TYPE_CHECKING:
+    from ._registry import ToolRegistry
+
+__all__ = ["Batch", "BatchOutcome", "Steering", "ToolExecutor"]
+
+_log = logging.getLogger("toolexec")
+
+Steering: TypeAlias = Callable[[], Sequence[str] | Awaitable[Sequence[str] | None] | None]
+
+SKIPPED_TEXT = "Skipped: the user sent a new message before this call started."
+CANCELLED_TEXT = "Cancelled: the host cancelled this call before it finished."
+
+
+def _error(slot: CallSlot, error_class: ErrorClass, text: str, **kw: Any) -> ToolResult:
+    return ToolResult(
+        slot.call.id,
+        slot.call.name,
+        (TextContent(text),),
+        True,
+        error_class,
+        routing=slot.routing,
+        **kw,
+    )
+
+
+def _as_sinks(sinks: Iterable[EventSink]) -> tuple[EventSink, ...]:
+    return tuple(sinks)
+
+
+@attrs.frozen
+class BatchOutcome:
+    """What a batch hands back.
+
+    Attributes:
+        results: exactly one per call, in call order.
+        plan: the runs the batch was cut into.
+        steering_messages: what steering returned, if it fired.
+        cancelled: whether the host cancelled the batch.
+    """
+
+    results: tuple[ToolResult, ...]
+    plan: BatchPlan
+    steering_messages: tuple[str, ...] = ()
+    cancelled: bool = False
+
+
+@attrs.define(eq=False)
+class ToolExecutor:
+    """Runs batches of tool calls: routed, admitted, ordered, bounded.
+
+    Example::
+
+        executor = ToolExecutor(registry)
+        outcome = await executor.execute_batch(calls)
+        for result in outcome.results: ...   # one per call, in call order
+
+    Args:
+        registry: the tools.
+        config: pool widths, per-tool caps, promoted mutators.
+        strategy: ``Parallel()`` (default), ``Sequential()`` or ``Batched(n)``.
+        policy: decides per call; ``AllowAll()`` by default.
+        sinks: receive events (``CallbackSink``, ``ChannelSink``, ...).
+        steering: a sync or async callable polled between runs; returning
+            messages skips the calls not yet started.
+        agent_path: this executor's place in an agent tree.
+        session_id: the host's session id, passed to tools.
+        workspace: passed to tools in their context.
+        grace_period: seconds a cancelled tool gets for cleanup.
+    """
+
+    registry: ToolRegistry
+    config: ConcurrencyConfig = attrs.field(factory=ConcurrencyConfig)
+    strategy: ExecutionStrategy = attrs.field(factory=Parallel)
+    policy: ToolPolicy = attrs.field(factory=AllowAll)
+    sinks: tuple[EventSink, ...] = attrs.field(default=(), converter=_as_sinks)
+    steering: Steering | None = None
+    agent_path: str = "root"
+    session_id: str = ""
+    workspace: Any = None
+    grace_period: float = 5.0
+    _pools: Pools | None = attrs.field(default=None, alias="pools", repr=False)
+    _batches: set[Batch] = attrs.field(factory=set, init=False, repr=False)
+    _ids: Any = attrs.field(factory=itertools.count, init=False, repr=False)
+    _in_flight: int = attrs.field(default=0, init=False, repr=False)
+
+    def __attrs_post_init__(self) -> None:
+        if self._pools is None:
+            self._pools = Pools.create(self.config)
+
+    @property
+    def pools(self) -> Pools:
+        """The limiters this executor admits through (shared with forks as DESIGN 3.4)."""
+        assert self._pools is not None
+        return self._pools
+
+    # -- public API -------------------------------------------------------
+
+    def prepare(self, calls: Sequence[ToolCall]) -> Batch:
+        """Route and plan a batch without running it (see ``Batch.plan``)."""
+        slots = [CallSlot(i, call) for i, call in enumerate(calls)]
+        for slot in slots:
+            self._route(slot)
+        routes = [s.routing for s in slots]
+        runs = []
+        for n, (routing, indices) in enumerate(self.strategy.cut(routes)):
+            runs.append(
+                RunPlan(
+                    n,
+                    routing,
+                    tuple(indices),
+                    tuple(slots[i].call.id for i in indices),
+                    tuple(slots[i].call.name for i in indices),
+                )
+            )
+        plan = BatchPlan(tuple(runs), tuple(s.index for s in slots if s.state is State.DONE))
+        return Batch(self, f"{self.agent_path}:b{next(self._ids)}", slots, plan)
+
+    async def execute_batch(
+        self, calls: Sequence[ToolCall], *, steering: Steering | None = None
+    ) -> BatchOutcome:
+        """Run a batch to completion; return one result per call, in call order."""
+        return await self.prepare(calls).run(steering=steering)
+
+    def cancel_all(self) -> None:
+        """Cancel every batch this executor is running (results: ``cancelled``)."""
+        for batch in list(self._batches):
+            batch.cancel()
+
+    def fork_for_subagent(self, name: str = "child") -> ToolExecutor:
+        """An executor for a sub-agent: same tools, policy and sinks, forked pools.
+
+        The fork shares the read and serial-mutator limiters (default mutators
+        stay serial across the tree) and gets fresh concurrent-mutator and
+        per-tool limiters of the same widths (so a recursive call holding a
+        permit never waits on its own child).
+        """
+        return ToolExecutor(
+            self.registry,
+            self.config,
+            self.strategy,
+            self.policy,
+            self.sinks,
+            agent_path=f"{self.agent_path}/{name}",
+            session_id=self.session_id,
+            workspace=self.workspace,
+            grace_period=self.grace_period,
+            pools=self.pools.fork(),
+        )
+
+    def statistics(self) -> ExecutorStatistics:
+        """A snapshot of this executor's limiters and calls in flight."""
+        return self.pools.statistics(self._in_flight)
+
+    # -- planning ---------------------------------------------------------
+
+    def _route(self, slot: CallSlot) -> None:
+        call = slot.call
+        entry = self.registry._get(call.name)
+        if entry is None:
+            names = ", ".join(self.registry.names()) or "(none)"
+            slot.finish(
+                _error(
+                    slot, ErrorClass.NOT_FOUND, f"Tool '{call.name}' not found. Available: {names}"
+                )
+            )
+            return
+        slot.entry = entry
+        arguments = self._parse(slot)
+        if arguments is None:
+            return
+        if not entry.schema.is_valid(arguments):
+            violations = entry.schema.violations(arguments) or ["arguments do not match"]
+            slot.finish(
+                _error(
+                    slot,
+                    ErrorClass.INVALID_ARGUMENTS,
+                    f"Invalid arguments for tool '{call.name}':\n- " + "\n- ".join(violations),
+                    details={"violations": violations},
+                )
+            )
+            return
+        slot.arguments = arguments
+        definition = entry.definition
+        decision = self.policy.decide(definition, arguments, self.agent_path)
+        if isinstance(decision, Deny):
+            slot.finish(
+                _error(
+                    slot,
+                    ErrorClass.PERMISSION_DENIED,
+                    f"Permission denied for tool '{call.name}': {decision.reason}",
+                )
+            )
+            return
+        slot.grant = decision.grant
+        slot.needs_approval = isinstance(decision, Ask)
+        slot.routing = self._routing_class(definition, arguments)
+        slot.advance(State.QUEUED)
+
+    def _parse(self, slot: CallSlot) -> dict[str, Any] | None:
+        raw = slot.call.arguments
+        if isinstance(raw, dict):
+            return raw
+        if isinstance(raw, Mapping):
+            return dict(raw)
+        try:
+            value = json.loads(raw) if raw.strip() else {}
+        except (json.JSONDecodeError, AttributeError, TypeError) as exc:
+            slot.finish(
+                _error(
+                    slot,
+                    ErrorClass.INVALID_ARGUMENTS,
+                    f"Invalid arguments for tool '{slot.call.name}': the arguments "
+                    f"are not valid JSON ({exc}). Send a JSON object.",
+                )
+            )
+            return None
+        if not isinstance(value, dict):
+            slot.finish(
+                _error(
+                    slot,
+                    ErrorClass.INVALID_ARGUMENTS,
+                    f"Invalid arguments for tool '{slot.call.name}': expected a JSON "
+                    f"object, got {type(value).__name__}.",
+                )
+            )
+            return None
+        return value
+
+    def _routing_class(self, definition: Any, arguments: Mapping[str, Any]) -> RoutingClass:
+        if definition.is_recursive:
+            return RoutingClass.CONCURRENT_MUT
+        effects = definition.side_effects
+        if not effects.is_read_only and definition.classifier is not None:
+            try:
+                effects = definition.classifier(arguments)
+            except Exception:
+                _log.exception("classifier of tool %r raised; routing as declared", definition.name)
+                effects = definition.side_effects
+        if isinstance(effects, SideEffects) and effects.is_read_only:
+            return RoutingClass.READ_ONLY
+        if definition.name in self.config.promoted:
+            return RoutingClass.CONCURRENT_MUT
+        return RoutingClass.SERIAL_MUT
+
+    # -- running ----------------------------------------------------------
+
+    async def _run_call(self, slot: CallSlot, batch: Batch) -> None:
+        if slot.needs_approval:
+            slot.advance(State.APPROVING)
+            slot.finish(
+                _error(
+                    slot,
+                    ErrorClass.PERMISSION_DENIED,
+                    f"Permission denied for tool '{slot.call.name}': it needs "
+                    "approval and no approver is configured.",
+                )
+            )
+            batch._emit_result(slot)
+            return
+        slot.advance(State.ADMITTING)
+        pools = self.pools
+        tool_limiter = pools.per_tool.get(slot.call.name)
+        class_limiter = pools.by_class[slot.routing]
+        if tool_limiter is not None:
+            await tool_limiter.acquire_on_behalf_of(slot)
+        try:
+            await class_limiter.acquire_on_behalf_of(slot)
+            try:
+                slot.finish(await self._invoke(slot, batch))
+            finally:
+                class_limiter.release_on_behalf_of(slot)
+        finally:
+            if tool_limiter is not None:
+                tool_limiter.release_on_behalf_of(slot)
+        batch._emit_result(slot)
+
+    async def _invoke(self, slot: CallSlot, batch: Batch) -> ToolResult:
+        call, entry = slot.call, slot.entry
+        grant: ExecutionGrant = slot.grant or HOST_GRANT
+        timeout = entry.definition.effective_timeout
+        if grant.timeout is not None and grant.timeout < timeout:
+            timeout = grant.timeout
+        slot.advance(State.RUNNING)
+        start = trio.current_time()
+        sinks = self.sinks
+        if sinks:
+            emit_to(
+                sinks,
+                CallStarted(
+                    agent_path=self.agent_path,
+                    batch_id=batch.id,
+                    time=start,
+                    call_id=call.id,
+                    tool_name=call.name,
+                    routing=slot.routing,
+                ),
+            )
+        ctx = ToolContext(
+            call.id,
+            call.name,
+            self.agent_path,
+            self.session_id,
+            self.workspace,
+            self,
+            grant,
+            self.grace_period,
+            emit=batch.progress_emitter(call) if sinks else _no_emit,
+        )
+        self._in_flight += 1
+        output: ToolOutput | None = None
+        failure: ToolResult | None = None
+        try:
+            with trio.CancelScope(deadline=start + timeout) as scope:
+                output = await entry.factory().execute(slot.arguments, ctx)
+        except ToolError as exc:
+            failure = _error(slot, exc.error_class, exc.message)
+        except Exception as exc:
+            failure = _error(
+                slot,
+                ErrorClass.EXECUTION_ERROR,
+                f"Tool '{call.name}' failed: {type(exc).__name__}: {exc}",
+                details={"traceback": traceback.format_exc()},
+            )
+        finally:
+            self._in_flight -= 1
+        duration = trio.current_time() - start
+        if scope.cancel_called:
+            failure = _error(
+                slot,
+                ErrorClass.TIMEOUT,
+                f"Tool '{call.name}' timed out after {timeout:g}s and was cancelled.",
+            )
+        if failure is not None:
+            return attrs.evolve(failure, duration=duration)
+        if not isinstance(output, ToolOutput):
+            return _error(
+                slot,
+                ErrorClass.EXECUTION_ERROR,
+                f"Tool '{call.name}' returned {type(output).__name__}, not a "
+                "ToolOutput (this is a bug in the tool).",
+                duration=duration,
+            )
+        content = output.content
+        if grant.max_output_chars is not None:
+            content = _cap_output(content, grant.max_output_chars)
+        return ToolResult(
+            call.id,
+            call.name,
+            content,
+            output.is_error,
+            ErrorClass.EXECUTION_ERROR if output.is_error else None,
+            output.details,
+            duration,
+            slot.routing,
+        )
+
+
+def _no_emit(_kind: str, _payload: Any) -> None:
+    return None
+
+
+def _cap_output(content: tuple[ContentBlock, ...], limit: int) -> tuple[ContentBlock, ...]:
+    out: list[ContentBlock] = []
+    left = limit
+    for block in content:
+        if isinstance(block, TextContent) and len(block.text) > left:
+            cut = len(block.text) - left
+            out.append(
+                TextContent(
+                    block.text[:left] + f"\n[output truncated: {cut} more characters not shown]"
+                )
+            )
+            left = 0
+        else:
+            out.append(block)
+            if isinstance(block, TextContent):
+                left -= len(block.text)
+    return tuple(out)
+
+
+@attrs.define(eq=False)
+class Batch:
+    """A planned batch: inspect ``plan``, then ``await run()`` once; ``cancel()`` any time.
+
+    Cancelling answers every call without a result ``cancelled`` and leaves
+    no task running; ``run`` still returns normally with every result.
+    """
+
+    executor: ToolExecutor
+    id: str
+    _slots: list[CallSlot] = attrs.field(alias="slots", repr=False)
+    plan: BatchPlan
+    _scope: trio.CancelScope = attrs.field(factory=trio.CancelScope, init=False, repr=False)
+    _cancelled: bool = attrs.field(default=False, init=False)
+    _started: bool = attrs.field(default=False, init=False)
+
+    def cancel(self) -> None:
+        """Cancel the batch: unfinished calls get ``cancelled`` results."""
+        self._cancelled = True
+        self._scope.cancel()
+
+    @property
+    def calls(self) -> list[ToolCall]:
+        """The calls of the batch, in call order."""
+        return [s.call for s in self._slots]
+
+    async def run(self, *, steering: Steering | None = None) -> BatchOutcome:
+        """Execute the plan; return one result per call, in call order.
+
+        Args:
+            steering: overrides the executor's steering for this batch.
+
+        Raises:
+            RuntimeError: the batch was already run.
+        """
+        if self._started:
+            raise RuntimeError(f"batch {self.id} was already run; prepare a new one")
+        self._started = True
+        executor = self.executor
+        steer = steering if steering is not None else executor.steering
+        executor._batches.add(self)
+        messages: tuple[str, ...] = ()
+        try:
+            self._emit_planned()
+            with self._scope:
+                for run in self.plan.runs:
+                    await self._run(run)
+                    if steer is not None and (messages := await _poll(steer)):
+                        break
+        finally:
+            executor._batches.discard(self)
+        return self._finish(messages)
+
+    async def _run(self, run: RunPlan) -> None:
+        executor, sinks = self.executor, self.executor.sinks
+        if sinks:
+            emit_to(
+                sinks,
+                RunStarted(
+                    agent_path=executor.agent_path,
+                    batch_id=self.id,
+                    time=trio.current_time(),
+                    index=run.index,
+                    routing=run.routing,
+                    call_ids=run.call_ids,
+                ),
+            )
+        slots = [self._slots[i] for i in run.call_indices]
+        if run.routing is RoutingClass.SERIAL_MUT or len(slots) == 1:
+            for slot in slots:
+                await executor._run_call(slot, self)
+        else:
+            async with trio.open_nursery() as nursery:
+                for slot in slots:
+                    nursery.start_soon(executor._run_call, slot, self)
+        if sinks:
+            emit_to(
+                sinks,
+                RunFinished(
+                    agent_path=executor.agent_path,
+                    batch_id=self.id,
+                    time=trio.current_time(),
+                    index=run.index,
+                ),
+            )
+
+    def _finish(self, messages: tuple[str, ...]) -> BatchOutcome:
+        for slot in self._slots:
+            if slot.state is not State.DONE:
+                if self._cancelled or slot.started:
+                    slot.finish(_error(slot, ErrorClass.CANCELLED, CANCELLED_TEXT))
+                else:
+                    slot.finish(_error(slot, ErrorClass.SKIPPED, SKIPPED_TEXT))
+                self._emit_result(slot)
+        results = tuple(s.result for s in self._slots if s.result is not None)
+        sinks = self.executor.sinks
+        if sinks:
+            emit_to(
+                sinks,
+                BatchFinished(
+                    agent_path=self.executor.agent_path,
+                    batch_id=self.id,
+                    time=trio.current_time(),
+                    steering_messages=messages,
+                    cancelled=self._cancelled,
+                ),
+            )
+        return BatchOutcome(results, self.plan, messages, self._cancelled)
+
+    def _emit_planned(self) -> None:
+        executor, sinks = self.executor, self.executor.sinks
+        if not sinks:
+            return
+        emit_to(
+            sinks,
+            BatchPlanned(
+                agent_path=executor.agent_path,
+                batch_id=self.id,
+                time=trio.current_time(),
+                plan=self.plan,
+            ),
+        )
+        for i in self.plan.short_circuited:
+            self._emit_result(self._slots[i])
+
+    def _emit_result(self, slot: CallSlot) -> None:
+        sinks, result = self.executor.sinks, slot.result
+        if not sinks or result is None:
+            return
+        now = trio.current_time()
+        common: dict[str, Any] = {
+            "agent_path": self.executor.agent_path,
+            "batch_id": self.id,
+            "time": now,
+            "call_id": result.call_id,
+            "tool_name": result.tool_name,
+        }
+        if result.error_class is ErrorClass.INVALID_ARGUMENTS:
+            emit_to(
+                sinks,
+                InputInvalid(
+                    violations=tuple(result.details.get("violations", [result.text])), **common
+                ),
+            )
+        if result.is_error:
+            assert result.error_class is not None
+            emit_to(
+                sinks,
+                CallFailed(
+                    error_class=result.error_class,
+                    message=result.text,
+                    duration=result.duration,
+                    **common,
+                ),
+            )
+        else:
+            emit_to(sinks, CallCompleted(duration=result.duration, **common))
+
+    def progress_emitter(self, call: ToolCall) -> Callable[[str, Any], None]:
+        """The function a call's ``ToolContext`` reports progress through."""
+        executor = self.executor
+
+        def emit(kind: str, payload: Any) -> None:
+            common: dict[str, Any] = {
+                "agent_path": executor.agent_path,
+                "batch_id": self.id,
+                "time": trio.current_time(),
+                "call_id": call.id,
+                "tool_name": call.name,
+            }
+            if kind == "progress":
+                emit_to(executor.sinks, CallProgress(message=str(payload), **common))
+            else:
+                emit_to(executor.sinks, CallUpdate(partial=payload, **common))
+
+        return emit
+
+
+async def _poll(steering: Steering) -> tuple[str, ...]:
+    try:
+        answer = steering()
+        if inspect.isawaitable(answer):
+            answer = await answer
+    except Exception:
+        _log.exception("steering callback raised; treating it as no message")
+        return ()
+    return tuple(answer or ())

@@ -1,0 +1,226 @@
+"""Plain Python functions as tools, with the schema derived from the signature.
+
+``function_tool`` reads the signature once: each parameter becomes a
+property (``str``, ``int``, ``float``, ``bool``, ``list[X]``, ``dict``,
+``Literal[...]``, ``X | None``, ``Any``; ``Annotated[X, "text"]`` or a
+Google-style ``Args:`` section gives its description); a parameter without
+a default is required; a parameter annotated ``ToolContext`` is injected,
+not shown to the model. Sync functions run in a worker thread that the
+executor abandons if the call is cancelled or times out.
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+import types
+import typing
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, Literal, overload
+
+import attrs
+import trio
+
+from ._errors import RegistrationError
+from ._tool import ToolContext
+from ._types import JsonContent, SideEffects, TextContent, ToolDefinition, ToolOutput
+
+__all__ = ["FunctionTool", "function_tool"]
+
+_SIMPLE: dict[Any, str] = {str: "string", int: "integer", float: "number", bool: "boolean"}
+_ARG_LINE = re.compile(r"^\s*(\w+)(?:\s*\([^)]*\))?\s*:\s*(.+)$")
+
+
+def _docstring_parts(fn: Callable[..., Any]) -> tuple[str, dict[str, str]]:
+    doc = inspect.getdoc(fn) or ""
+    summary = doc.split("\n\n", 1)[0].strip()
+    params: dict[str, str] = {}
+    in_args = False
+    for line in doc.splitlines():
+        if line.strip() in ("Args:", "Arguments:", "Parameters:"):
+            in_args = True
+        elif in_args and line and not line[0].isspace():
+            in_args = False
+        elif in_args and (m := _ARG_LINE.match(line)):
+            params[m.group(1)] = m.group(2).strip()
+    return summary, params
+
+
+def _schema_for(annotation: Any, where: str) -> dict[str, Any]:
+    origin = typing.get_origin(annotation)
+    args = typing.get_args(annotation)
+    if origin is typing.Annotated:
+        schema = _schema_for(args[0], where)
+        texts = [a for a in args[1:] if isinstance(a, str)]
+        return {**schema, "description": texts[0]} if texts else schema
+    if annotation in _SIMPLE:
+        return {"type": _SIMPLE[annotation]}
+    if annotation is Any or annotation is inspect.Parameter.empty:
+        return {}
+    if annotation is dict or origin is dict or origin is Mapping:
+        return {"type": "object"}
+    if annotation is list or origin is list:
+        return (
+            {"type": "array", "items": _schema_for(args[0], where)} if args else {"type": "array"}
+        )
+    if origin is Literal:
+        kinds = {_SIMPLE.get(type(a)) for a in args}
+        enum_schema: dict[str, Any] = {"enum": list(args)}
+        if len(kinds) == 1 and None not in kinds:
+            return {"type": kinds.pop(), **enum_schema}
+        return enum_schema
+    if origin in (typing.Union, types.UnionType) and type(None) in args and len(args) == 2:
+        inner = _schema_for(next(a for a in args if a is not type(None)), where)
+        if isinstance(inner.get("type"), str):
+            return {**inner, "type": [inner["type"], "null"]}
+        return inner
+    raise RegistrationError(
+        f"{where}: annotation {annotation!r} has no JSON Schema mapping; use str, int, "
+        "float, bool, list[X], dict, Literal[...], X | None or Any"
+    )
+
+
+@attrs.frozen
+class FunctionTool:
+    """A tool made from a Python function by ``function_tool``.
+
+    It keeps no per-call state, so one instance serves every call.
+    """
+
+    definition: ToolDefinition
+    fn: Callable[..., Any]
+    _ctx_param: str | None = attrs.field(alias="ctx_param")
+    _is_async: bool = attrs.field(alias="is_async")
+
+    async def execute(self, arguments: Mapping[str, Any], ctx: ToolContext) -> ToolOutput:
+        """Call the function with the arguments (and the context, if it asks)."""
+        kwargs = dict(arguments)
+        if self._ctx_param is not None:
+            kwargs[self._ctx_param] = ctx
+        if self._is_async:
+            value = await self.fn(**kwargs)
+        else:
+            value = await trio.to_thread.run_sync(lambda: self.fn(**kwargs), abandon_on_cancel=True)
+        return _to_output(value)
+
+    def __call__(self) -> FunctionTool:
+        """Act as its own factory (it is stateless), so it can be registered."""
+        return self
+
+
+def _to_output(value: Any) -> ToolOutput:
+    if isinstance(value, ToolOutput):
+        return value
+    if isinstance(value, str):
+        return ToolOutput((TextContent(value),))
+    if value is None:
+        return ToolOutput((TextContent(""),))
+    return ToolOutput((JsonContent(value),))
+
+
+def _build(
+    fn: Callable[..., Any] | Callable[..., Awaitable[Any]],
+    name: str | None,
+    description: str | None,
+    side_effects: SideEffects,
+    timeout: float | None,
+    is_recursive: bool,
+    classifier: Callable[[Mapping[str, Any]], SideEffects] | None,
+) -> FunctionTool:
+    tool_name = name or fn.__name__
+    where = f"function tool {tool_name!r}"
+    try:
+        hints = typing.get_type_hints(fn, include_extras=True)
+    except Exception as exc:  # an annotation that does not resolve
+        raise RegistrationError(f"{where}: cannot resolve annotations: {exc}") from None
+    summary, arg_docs = _docstring_parts(fn)
+    properties: dict[str, Any] = {}
+    required: list[str] = []
+    ctx_param = None
+    for param in inspect.signature(fn).parameters.values():
+        hint = hints.get(param.name, param.annotation)
+        if hint is ToolContext:
+            ctx_param = param.name
+            continue
+        if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD, param.POSITIONAL_ONLY):
+            raise RegistrationError(
+                f"{where}: parameter {param.name!r} must be a named parameter "
+                "(no *args, **kwargs or positional-only parameters)"
+            )
+        schema = _schema_for(hint, f"{where}, parameter {param.name!r}")
+        if param.name in arg_docs and "description" not in schema:
+            schema["description"] = arg_docs[param.name]
+        properties[param.name] = schema
+        if param.default is param.empty:
+            required.append(param.name)
+    input_schema: dict[str, Any] = {
+        "type": "object",
+        "properties": properties,
+        "additionalProperties": False,
+    }
+    if required:
+        input_schema["required"] = required
+    definition = ToolDefinition(
+        name=tool_name,
+        description=description or summary or tool_name,
+        input_schema=input_schema,
+        side_effects=side_effects,
+        is_recursive=is_recursive,
+        timeout=timeout,
+        classifier=classifier,
+    )
+    return FunctionTool(
+        definition, fn, ctx_param=ctx_param, is_async=inspect.iscoroutinefunction(fn)
+    )
+
+
+@overload
+def function_tool(fn: Callable[..., Any], /) -> FunctionTool: ...
+@overload
+def function_tool(
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    side_effects: SideEffects = SideEffects.EXECUTE,
+    timeout: float | None = None,
+    is_recursive: bool = False,
+    classifier: Callable[[Mapping[str, Any]], SideEffects] | None = None,
+) -> Callable[[Callable[..., Any]], FunctionTool]: ...
+def function_tool(
+    fn: Callable[..., Any] | None = None,
+    /,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    side_effects: SideEffects = SideEffects.EXECUTE,
+    timeout: float | None = None,
+    is_recursive: bool = False,
+    classifier: Callable[[Mapping[str, Any]], SideEffects] | None = None,
+) -> FunctionTool | Callable[[Callable[..., Any]], FunctionTool]:
+    """Turn a sync or async function into a tool; usable as a decorator.
+
+    Example::
+
+        @function_tool(side_effects=SideEffects.READ)
+        async def word_count(text: str) -> int:
+            "Count the words in a text."
+            return len(text.split())
+
+        registry.register(word_count)
+
+    Args:
+        fn: the function (when used without arguments).
+        name: the tool name; defaults to the function's name.
+        description: defaults to the docstring's first paragraph.
+        side_effects: what the function is capable of; defaults to the unsafe
+            ``EXECUTE`` so nothing runs concurrently by accident.
+        timeout, is_recursive, classifier: as in ``ToolDefinition``.
+
+    Raises:
+        RegistrationError: a parameter type has no JSON Schema mapping.
+    """
+
+    def wrap(f: Callable[..., Any]) -> FunctionTool:
+        return _build(f, name, description, side_effects, timeout, is_recursive, classifier)
+
+    return wrap(fn) if fn is not None else wrap

@@ -1,0 +1,90 @@
+"""The lifecycle of one call, as an explicit state machine with no I/O.
+
+::
+
+    PLANNED --> DONE                      short-circuit: answered at once
+    PLANNED --> QUEUED                    placed in a run
+    QUEUED  --> APPROVING --> ADMITTING   waiting for a human, then permits
+    QUEUED  --> ADMITTING --> RUNNING --> DONE
+    QUEUED | APPROVING | ADMITTING | RUNNING --> DONE   (skipped, cancelled,
+                                                         denied, timed out)
+
+A result can be set only once, and only by the transition to DONE, so
+"exactly one result per call" is enforced here rather than hoped for.
+The executor drives it; an illegal transition raises ``InternalError``.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Any
+
+from ._errors import InternalError
+from ._types import RoutingClass, ToolCall, ToolResult
+
+__all__ = ["CallSlot", "State"]
+
+
+class State(enum.Enum):
+    PLANNED = "planned"
+    QUEUED = "queued"
+    APPROVING = "approving"
+    ADMITTING = "admitting"
+    RUNNING = "running"
+    DONE = "done"
+
+
+_ALLOWED = {
+    (State.PLANNED, State.QUEUED),
+    (State.QUEUED, State.APPROVING),
+    (State.QUEUED, State.ADMITTING),
+    (State.APPROVING, State.ADMITTING),
+    (State.ADMITTING, State.RUNNING),
+}
+
+
+class CallSlot:
+    """One call's place in a batch: where it is in its lifecycle, and its result."""
+
+    __slots__ = (
+        "arguments",
+        "call",
+        "entry",
+        "grant",
+        "index",
+        "needs_approval",
+        "result",
+        "routing",
+        "state",
+    )
+
+    def __init__(self, index: int, call: ToolCall) -> None:
+        self.index = index
+        self.call = call
+        self.state = State.PLANNED
+        self.result: ToolResult | None = None
+        self.entry: Any = None
+        self.arguments: dict[str, Any] = {}
+        self.grant: Any = None
+        self.routing = RoutingClass.SHORT_CIRCUIT
+        self.needs_approval = False
+
+    def advance(self, new: State) -> None:
+        """Move to a non-final state, or raise ``InternalError``."""
+        if (self.state, new) not in _ALLOWED:
+            raise InternalError(
+                f"call {self.call.id!r}: illegal transition {self.state.value} -> {new.value}"
+            )
+        self.state = new
+
+    def finish(self, result: ToolResult) -> None:
+        """Set the one result and move to DONE, or raise ``InternalError``."""
+        if self.state is State.DONE:
+            raise InternalError(f"call {self.call.id!r} would get a second result")
+        self.state = State.DONE
+        self.result = result
+
+    @property
+    def started(self) -> bool:
+        """Whether the call got past waiting in its run."""
+        return self.state in (State.APPROVING, State.ADMITTING, State.RUNNING)

@@ -1,0 +1,129 @@
+"""Admission: class limiters, per-tool limiters, and how sub-agents fork them.
+
+Theory of operation (DESIGN 3.3, 3.4). Every executing call takes at most
+two permits, always in this order: its tool's limiter (only if the host set
+a cap for that name), then its class limiter. A forked executor (a
+sub-agent's) gets *fresh* concurrent-mutator and per-tool limiters and
+*shares* the read and serial-mutator ones. Recursive calls hold a
+concurrent-mutator permit while their child runs; since the child has its
+own concurrent-mutator pool and no non-recursive call waits while holding a
+permit, no cycle of waits can form, so the tree cannot deadlock, while
+default mutators stay serial across the whole tree.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import attrs
+import trio
+
+from ._types import RoutingClass
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+__all__ = ["ConcurrencyConfig", "ExecutorStatistics", "PoolStatistics"]
+
+
+def _width(_inst: object, attr: attrs.Attribute[int], value: int) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ValueError(f"{attr.name} must be an integer >= 1, got {value!r}")
+
+
+def _caps(_inst: object, _attr: object, value: Mapping[str, int]) -> None:
+    for name, cap in value.items():
+        if not isinstance(cap, int) or isinstance(cap, bool) or cap < 1:
+            raise ValueError(f"per_tool cap for {name!r} must be an integer >= 1, got {cap!r}")
+
+
+@attrs.frozen
+class ConcurrencyConfig:
+    """Widths of the class pools, per-tool caps, and promoted mutators.
+
+    Args:
+        read_width: how many read-only calls may run at once (shared by the
+            whole agent tree).
+        concurrent_mut_width: how many concurrent-mutator calls may run at
+            once per agent (recursive calls and promoted tools).
+        serial_mut_width: how many default mutators may run at once across
+            the whole tree; 1 keeps them strictly serial.
+        per_tool: caps for individual tool names, per agent.
+        promoted: mutating tools the host declares safe to run concurrently
+            with each other (they route as concurrent mutators).
+    """
+
+    read_width: int = attrs.field(default=20, validator=_width)
+    concurrent_mut_width: int = attrs.field(default=10, validator=_width)
+    serial_mut_width: int = attrs.field(default=1, validator=_width)
+    per_tool: Mapping[str, int] = attrs.field(factory=dict, validator=_caps)
+    promoted: frozenset[str] = attrs.field(default=frozenset(), converter=frozenset)
+
+
+@attrs.frozen
+class PoolStatistics:
+    """A snapshot of one limiter."""
+
+    total: int
+    borrowed: int
+    waiting: int
+
+
+@attrs.frozen
+class ExecutorStatistics:
+    """A snapshot of an executor's limiters and in-flight calls."""
+
+    read: PoolStatistics
+    concurrent_mut: PoolStatistics
+    serial_mut: PoolStatistics
+    per_tool: Mapping[str, PoolStatistics]
+    calls_in_flight: int
+
+
+def _snapshot(limiter: trio.CapacityLimiter) -> PoolStatistics:
+    s = limiter.statistics()
+    return PoolStatistics(int(s.total_tokens), s.borrowed_tokens, s.tasks_waiting)
+
+
+@attrs.define(eq=False)
+class Pools:
+    """The limiters one executor admits calls through."""
+
+    config: ConcurrencyConfig
+    read: trio.CapacityLimiter
+    serial_mut: trio.CapacityLimiter
+    concurrent_mut: trio.CapacityLimiter = attrs.field(init=False)
+    per_tool: dict[str, trio.CapacityLimiter] = attrs.field(init=False)
+    by_class: dict[RoutingClass, trio.CapacityLimiter] = attrs.field(init=False)
+
+    def __attrs_post_init__(self) -> None:
+        self.concurrent_mut = trio.CapacityLimiter(self.config.concurrent_mut_width)
+        self.per_tool = {n: trio.CapacityLimiter(c) for n, c in self.config.per_tool.items()}
+        self.by_class = {
+            RoutingClass.READ_ONLY: self.read,
+            RoutingClass.CONCURRENT_MUT: self.concurrent_mut,
+            RoutingClass.SERIAL_MUT: self.serial_mut,
+        }
+
+    @classmethod
+    def create(cls, config: ConcurrencyConfig) -> Pools:
+        """Fresh limiters of the configured widths."""
+        return cls(
+            config,
+            trio.CapacityLimiter(config.read_width),
+            trio.CapacityLimiter(config.serial_mut_width),
+        )
+
+    def fork(self) -> Pools:
+        """Shared read and serial limiters; fresh concurrent and per-tool ones."""
+        return Pools(self.config, self.read, self.serial_mut)
+
+    def statistics(self, calls_in_flight: int) -> ExecutorStatistics:
+        """A snapshot of every limiter."""
+        return ExecutorStatistics(
+            read=_snapshot(self.read),
+            concurrent_mut=_snapshot(self.concurrent_mut),
+            serial_mut=_snapshot(self.serial_mut),
+            per_tool={n: _snapshot(lim) for n, lim in self.per_tool.items()},
+            calls_in_flight=calls_in_flight,
+        )

@@ -1,0 +1,100 @@
+"""Strategies and the partition of a routed batch into runs (DESIGN 3.2, 3.5).
+
+Pure functions over routing classes; no I/O, no trio. Short-circuited calls
+never appear in a run and never split one: they have no effect to order
+against.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import attrs
+
+from ._types import RoutingClass
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+__all__ = ["Batched", "BatchPlan", "ExecutionStrategy", "Parallel", "RunPlan", "Sequential"]
+
+
+class ExecutionStrategy:
+    """How a batch is cut into runs, and where steering is checked.
+
+    Use one of ``Parallel()`` (the default), ``Sequential()`` or
+    ``Batched(size)``.
+    """
+
+    def cut(self, routes: Sequence[RoutingClass]) -> list[tuple[RoutingClass, list[int]]]:
+        """Cut call indices into runs of one routing class, in emitted order."""
+        runs: list[tuple[RoutingClass, list[int]]] = []
+        for i, route in enumerate(routes):
+            if route is RoutingClass.SHORT_CIRCUIT:
+                continue
+            if runs and runs[-1][0] is route and self._joins(len(runs[-1][1])):
+                runs[-1][1].append(i)
+            else:
+                runs.append((route, [i]))
+        return runs
+
+    def _joins(self, run_length: int) -> bool:
+        return True
+
+
+@attrs.frozen
+class Parallel(ExecutionStrategy):
+    """Contiguous runs of one class; steering is checked between runs."""
+
+
+@attrs.frozen
+class Sequential(ExecutionStrategy):
+    """Every call is its own run; steering is checked after each call."""
+
+    def _joins(self, run_length: int) -> bool:
+        return False
+
+
+def _positive(_inst: object, _attr: object, value: int) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ValueError(f"Batched size must be an integer >= 1, got {value!r}")
+
+
+@attrs.frozen
+class Batched(ExecutionStrategy):
+    """Runs cut into chunks of at most ``size`` calls; steering after each chunk."""
+
+    size: int = attrs.field(validator=_positive)
+
+    def _joins(self, run_length: int) -> bool:
+        return run_length < self.size
+
+
+@attrs.frozen
+class RunPlan:
+    """One run: calls of one routing class, executed after the previous run."""
+
+    index: int
+    routing: RoutingClass
+    call_indices: tuple[int, ...]
+    call_ids: tuple[str, ...]
+    tool_names: tuple[str, ...]
+
+
+@attrs.frozen
+class BatchPlan:
+    """The runs of a batch, and which calls were answered without running."""
+
+    runs: tuple[RunPlan, ...]
+    short_circuited: tuple[int, ...]
+
+    def describe(self) -> str:
+        """One line per run, for people: ``run 1 read_only: c1 read_file, ...``."""
+        lines = [
+            f"run {r.index} {r.routing.value}: "
+            + ", ".join(f"{cid} {name}" for cid, name in zip(r.call_ids, r.tool_names, strict=True))
+            for r in self.runs
+        ]
+        if self.short_circuited:
+            lines.append(f"answered without running: calls {list(self.short_circuited)}")
+        return "\n".join(lines)

@@ -1,0 +1,112 @@
+"""The name -> tool table, with each tool's schema compiled at registration."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import attrs
+
+from ._errors import RegistrationError
+from ._schema import CompiledSchema, check_tool_name, compile_schema
+from ._types import ToolDefinition
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Iterator
+
+    from ._tool import ToolFactory
+
+__all__ = ["ToolRegistry"]
+
+
+@attrs.frozen
+class _Entry:
+    definition: ToolDefinition
+    factory: ToolFactory
+    schema: CompiledSchema
+
+
+@attrs.define(eq=False)
+class ToolRegistry:
+    """The tools an executor can run, by name.
+
+    Register a zero-argument factory; it is called once at registration to
+    read the definition (checked here, so a bad schema fails at startup, not
+    per call) and once per call to get the instance that runs it.
+
+    Example::
+
+        registry = ToolRegistry()
+        registry.register(MyTool)          # a class is a factory
+        registry.register(my_function_tool)
+    """
+
+    _entries: dict[str, _Entry] = attrs.field(factory=dict, init=False)
+
+    def register(self, factory: ToolFactory) -> ToolDefinition:
+        """Add a tool; return its definition.
+
+        Raises:
+            RegistrationError: the factory fails or returns no tool, the name
+                is invalid or taken, or the schema is invalid or outside the
+                portable subset.
+        """
+        try:
+            instance = factory()
+        except Exception as exc:
+            raise RegistrationError(
+                f"tool factory {factory!r} raised {type(exc).__name__}: {exc}"
+            ) from exc
+        definition = getattr(instance, "definition", None)
+        if not isinstance(definition, ToolDefinition) or not callable(
+            getattr(instance, "execute", None)
+        ):
+            raise RegistrationError(
+                f"tool factory {factory!r} returned {instance!r}, which is not a Tool "
+                "(it needs a ToolDefinition `definition` and an async `execute`)"
+            )
+        check_tool_name(definition.name)
+        if definition.name in self._entries:
+            raise RegistrationError(
+                f"a tool named {definition.name!r} is already registered; "
+                "unregister it first or choose another name"
+            )
+        schema = compile_schema(definition.input_schema, tool=definition.name)
+        self._entries[definition.name] = _Entry(definition, factory, schema)
+        return definition
+
+    def unregister(self, name: str) -> None:
+        """Remove a tool; a missing name is not an error."""
+        self._entries.pop(name, None)
+
+    def definition(self, name: str) -> ToolDefinition:
+        """The definition of a registered tool (``KeyError`` if absent)."""
+        return self._entries[name].definition
+
+    def definitions(self) -> list[ToolDefinition]:
+        """All definitions, in registration order (what the model is shown)."""
+        return [e.definition for e in self._entries.values()]
+
+    def names(self) -> list[str]:
+        """All tool names, in registration order."""
+        return list(self._entries)
+
+    def subset(self, names: Iterable[str]) -> ToolRegistry:
+        """A new registry holding only ``names`` (each must be registered here)."""
+        child = ToolRegistry()
+        for name in names:
+            if name not in self._entries:
+                raise KeyError(f"no tool named {name!r} in this registry")
+            child._entries[name] = self._entries[name]
+        return child
+
+    def _get(self, name: str) -> _Entry | None:
+        return self._entries.get(name)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._entries
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._entries)
+
+    def __len__(self) -> int:
+        return len(self._entries)

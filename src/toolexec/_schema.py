@@ -1,0 +1,113 @@
+"""JSON Schema at the edge: registration checks and the per-call validator.
+
+Theory of operation: a schema is checked once, when its tool is registered,
+with ``jsonschema`` (is it a valid Draft 2020-12 schema?) and against the
+portable subset that every provider accepts. It is then compiled once with
+``jsonschema_rs``; per call we only ask the compiled validator ``is_valid``
+(well under a microsecond for typical arguments) and build the list of
+violations, each with its JSON path, only for arguments that fail.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+import attrs
+import jsonschema
+import jsonschema_rs
+
+from ._errors import RegistrationError
+
+__all__ = ["CompiledSchema", "check_tool_name", "compile_schema"]
+
+_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
+
+# Keywords some provider rejects or ignores; refused at registration.
+_FORBIDDEN = ("$ref", "oneOf", "anyOf", "allOf", "not", "if", "then", "else", "patternProperties")
+# Keywords whose value is a map of names to sub-schemas.
+_SCHEMA_MAPS = ("properties", "$defs", "definitions", "dependentSchemas")
+# Keywords whose value is one sub-schema (or a list of them, for prefixItems).
+_SCHEMA_VALUES = (
+    "items",
+    "additionalProperties",
+    "contains",
+    "propertyNames",
+    "unevaluatedProperties",
+    "unevaluatedItems",
+    "prefixItems",
+)
+
+
+def check_tool_name(name: str) -> None:
+    """Refuse a tool name that some provider would not accept."""
+    if not isinstance(name, str) or not _NAME.fullmatch(name):
+        raise RegistrationError(
+            f"invalid tool name {name!r}: use 1 to 64 letters, digits, '_' or '-'"
+        )
+
+
+def _check_subset(schema: Any, where: str, tool: str) -> None:
+    if isinstance(schema, bool):
+        return
+    if not isinstance(schema, Mapping):
+        raise RegistrationError(f"tool {tool!r}: schema at {where} must be an object")
+    for key in _FORBIDDEN:
+        if key in schema:
+            raise RegistrationError(
+                f"tool {tool!r}: schema at {where} uses {key!r}, which is outside the "
+                "portable subset (no $ref, oneOf, anyOf, allOf, not, if/then/else, "
+                "patternProperties); inline the definition or flatten the alternatives"
+            )
+    for key in _SCHEMA_MAPS:
+        for name, sub in (schema.get(key) or {}).items():
+            _check_subset(sub, f"{where}/{key}/{name}", tool)
+    for key in _SCHEMA_VALUES:
+        sub = schema.get(key)
+        if isinstance(sub, list):
+            for i, item in enumerate(sub):
+                _check_subset(item, f"{where}/{key}/{i}", tool)
+        elif sub is not None:
+            _check_subset(sub, f"{where}/{key}", tool)
+
+
+@attrs.frozen
+class CompiledSchema:
+    """A tool's input schema, checked and compiled once."""
+
+    schema: Mapping[str, Any]
+    _validator: Any = attrs.field(alias="validator", eq=False, repr=False)
+
+    def is_valid(self, arguments: Mapping[str, Any]) -> bool:
+        """Whether ``arguments`` satisfy the schema (the per-call fast path)."""
+        return bool(self._validator.is_valid(arguments))
+
+    def violations(self, arguments: Mapping[str, Any]) -> list[str]:
+        """Every violation as ``"<json path>: <message>"``, sorted by path."""
+        found = []
+        for error in self._validator.iter_errors(arguments):
+            path = "$" + "".join(
+                f"[{p}]" if isinstance(p, int) else f".{p}" for p in error.instance_path
+            )
+            found.append(f"{path}: {error.message}")
+        return sorted(found)
+
+
+def compile_schema(schema: Mapping[str, Any], *, tool: str) -> CompiledSchema:
+    """Check a tool's input schema and compile it; raise ``RegistrationError``."""
+    if not isinstance(schema, Mapping) or schema.get("type") != "object":
+        raise RegistrationError(
+            f"tool {tool!r}: input_schema must be a JSON Schema object with "
+            f'"type": "object" (tool arguments are always a JSON object)'
+        )
+    try:
+        jsonschema.Draft202012Validator.check_schema(schema)
+    except jsonschema.SchemaError as exc:
+        path = "/".join(str(p) for p in exc.absolute_path) or "(root)"
+        raise RegistrationError(
+            f"tool {tool!r}: input_schema is not a valid JSON Schema at {path}: {exc.message}"
+        ) from None
+    _check_subset(schema, "#", tool)
+    validator = jsonschema_rs.Draft202012Validator(dict(schema))
+    return CompiledSchema(schema, validator=validator)

@@ -1,0 +1,202 @@
+"""The values that flow through the executor: calls, results, definitions.
+
+Everything here is a frozen attrs class or an enum. Nothing here does I/O.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import TYPE_CHECKING, Any, TypeAlias
+
+import attrs
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
+
+__all__ = [
+    "ContentBlock",
+    "ErrorClass",
+    "ImageContent",
+    "JsonContent",
+    "RoutingClass",
+    "SideEffects",
+    "TextContent",
+    "ToolCall",
+    "ToolDefinition",
+    "ToolOutput",
+    "ToolResult",
+]
+
+
+class SideEffects(enum.Enum):
+    """The strongest effect a tool is *capable* of, declared by capability.
+
+    ``NONE`` and ``READ`` tools are routed as read-only; the others mutate.
+    A tool that reads and then writes is ``WRITE``; a shell is ``EXECUTE``
+    even when a given command only reads (a per-call classifier can say so).
+    """
+
+    NONE = "none"
+    READ = "read"
+    WRITE = "write"
+    EXECUTE = "execute"
+    NETWORK = "network"
+
+    @property
+    def is_read_only(self) -> bool:
+        """Whether a call with these effects cannot change anything."""
+        return self is SideEffects.NONE or self is SideEffects.READ
+
+
+class RoutingClass(enum.Enum):
+    """How the executor schedules one call (DESIGN 3.1)."""
+
+    READ_ONLY = "read_only"
+    CONCURRENT_MUT = "concurrent_mut"
+    SERIAL_MUT = "serial_mut"
+    SHORT_CIRCUIT = "short_circuit"
+
+
+class ErrorClass(enum.Enum):
+    """Why a result is an error. Closed: every ``is_error`` result has one."""
+
+    NOT_FOUND = "not_found"
+    INVALID_ARGUMENTS = "invalid_arguments"
+    PERMISSION_DENIED = "permission_denied"
+    USER_DENIED = "user_denied"
+    CONFIRMATION_TIMEOUT = "confirmation_timeout"
+    TIMEOUT = "timeout"
+    EXECUTION_ERROR = "execution_error"
+    CANCELLED = "cancelled"
+    SKIPPED = "skipped"
+
+
+@attrs.frozen
+class TextContent:
+    """A block of text for the model."""
+
+    text: str
+    type: str = attrs.field(default="text", init=False)
+
+
+@attrs.frozen
+class ImageContent:
+    """An image for the model, base64-encoded."""
+
+    data: str
+    mime_type: str
+    type: str = attrs.field(default="image", init=False)
+
+
+@attrs.frozen
+class JsonContent:
+    """A JSON value for the model (rendered as JSON text where a provider needs text)."""
+
+    value: Any
+    type: str = attrs.field(default="json", init=False)
+
+
+ContentBlock: TypeAlias = TextContent | ImageContent | JsonContent
+
+
+@attrs.frozen
+class ToolCall:
+    """One call the model asked for.
+
+    ``arguments`` is either a mapping or the raw JSON text a provider sent;
+    the executor parses it, so malformed JSON becomes an error *result*.
+    """
+
+    id: str
+    name: str
+    arguments: Mapping[str, Any] | str = attrs.field(factory=dict)
+
+
+@attrs.frozen
+class ToolOutput:
+    """What a tool hands back: content for the model, details for the host.
+
+    A tool that handled a failure itself (a missing file, say) returns
+    ``is_error=True``; the call then gets an ``execution_error`` result
+    carrying this content.
+    """
+
+    content: tuple[ContentBlock, ...] = ()
+    details: Mapping[str, Any] = attrs.field(factory=dict)
+    is_error: bool = False
+
+    @classmethod
+    def text(cls, text: str, *, is_error: bool = False, **details: Any) -> ToolOutput:
+        """Build an output holding one text block."""
+        return cls((TextContent(text),), details, is_error)
+
+
+@attrs.frozen
+class ToolResult:
+    """The one result every call gets, in call order.
+
+    ``details`` is for the host, never shown to the model. ``duration`` is
+    the execution time in seconds (zero for calls that never ran).
+    """
+
+    call_id: str
+    tool_name: str
+    content: tuple[ContentBlock, ...]
+    is_error: bool = False
+    error_class: ErrorClass | None = None
+    details: Mapping[str, Any] = attrs.field(factory=dict)
+    duration: float = 0.0
+    routing: RoutingClass = RoutingClass.SHORT_CIRCUIT
+
+    @property
+    def text(self) -> str:
+        """All text blocks joined by newlines (the model-facing text)."""
+        return "\n".join(b.text for b in self.content if isinstance(b, TextContent))
+
+
+def _check_timeout(_inst: object, _attr: object, value: float | None) -> None:
+    if value is not None and not value > 0:
+        raise ValueError(f"timeout must be a positive number of seconds, got {value!r}")
+
+
+@attrs.frozen
+class ToolDefinition:
+    """Everything the executor and the model need to know about a tool.
+
+    Args:
+        name: what the model calls it (letters, digits, ``_`` and ``-``, 1-64).
+        description: what the model is told the tool does.
+        input_schema: a JSON Schema object in the portable subset.
+        side_effects: the strongest effect the tool is capable of; the
+            default is the unsafe one.
+        is_recursive: set by tools that run a child agent (sub-agents).
+        timeout: seconds; ``None`` means 60, or 600 for ``EXECUTE``/``NETWORK``.
+        classifier: optional ``(arguments) -> SideEffects`` naming the effect
+            of one particular call (a shell tool says ``READ`` for ``ls``).
+            It may only lower the class for routing; if it raises, the
+            declared effect is used.
+        path_arguments: argument names holding workspace paths, with the
+            access mode (``"r"`` or ``"w"``) capability policies check.
+    """
+
+    name: str
+    description: str
+    input_schema: Mapping[str, Any] = attrs.field(
+        factory=lambda: {"type": "object", "properties": {}}
+    )
+    side_effects: SideEffects = SideEffects.EXECUTE
+    is_recursive: bool = False
+    timeout: float | None = attrs.field(default=None, validator=_check_timeout)
+    classifier: Callable[[Mapping[str, Any]], SideEffects] | None = attrs.field(
+        default=None, eq=False
+    )
+    path_arguments: Mapping[str, str] = attrs.field(factory=dict)
+
+    @property
+    def effective_timeout(self) -> float:
+        """The deadline a call of this tool runs under, in seconds."""
+        if self.timeout is not None:
+            return self.timeout
+        if self.side_effects in (SideEffects.EXECUTE, SideEffects.NETWORK):
+            return 600.0
+        return 60.0
