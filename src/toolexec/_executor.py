@@ -181,7 +181,10 @@ class ToolExecutor:
                     tuple(slots[i].call.name for i in indices),
                 )
             )
-        plan = BatchPlan(tuple(runs), tuple(s.index for s in slots if s.state is State.DONE))
+        answered = [s for s in slots if s.state is State.DONE]
+        plan = BatchPlan(
+            tuple(runs), tuple(s.index for s in answered), tuple(s.call.id for s in answered)
+        )
         return Batch(self, f"{self.agent_path}:b{next(self._ids)}", slots, plan)
 
     async def execute_batch(

@@ -139,7 +139,7 @@ def _build(
     ctx_param = None
     for param in inspect.signature(fn).parameters.values():
         hint = hints.get(param.name, param.annotation)
-        if hint is ToolContext:
+        if hint is ToolContext or ToolContext in typing.get_args(hint):
             ctx_param = param.name
             continue
         if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD, param.POSITIONAL_ONLY):

@@ -87,6 +87,7 @@ class BatchPlan:
 
     runs: tuple[RunPlan, ...]
     short_circuited: tuple[int, ...]
+    short_circuited_ids: tuple[str, ...] = ()
 
     def describe(self) -> str:
         """One line per run, for people: ``run 1 read_only: c1 read_file, ...``."""
@@ -96,5 +97,6 @@ class BatchPlan:
             for r in self.runs
         ]
         if self.short_circuited:
-            lines.append(f"answered without running: calls {list(self.short_circuited)}")
+            ids = ", ".join(self.short_circuited_ids) or str(list(self.short_circuited))
+            lines.append(f"answered without running: {ids}")
         return "\n".join(lines)

@@ -1,0 +1,90 @@
+"""Shared test helpers: instrumented tools that record what overlapped."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import attrs
+import pytest
+import trio
+
+from toolexec import SideEffects, ToolContext, ToolDefinition, ToolOutput
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+
+@attrs.define
+class Recorder:
+    """Records starts/ends of calls and the high-water mark of concurrency."""
+
+    log: list[tuple[str, str]] = attrs.field(factory=list)
+    running: dict[str, int] = attrs.field(factory=dict)
+    peak: dict[str, int] = attrs.field(factory=dict)
+    total_running: int = 0
+    total_peak: int = 0
+    store: dict[str, Any] = attrs.field(factory=dict)
+
+    def enter(self, call_id: str, tool: str) -> None:
+        self.log.append(("start", call_id))
+        self.running[tool] = self.running.get(tool, 0) + 1
+        self.peak[tool] = max(self.peak.get(tool, 0), self.running[tool])
+        self.total_running += 1
+        self.total_peak = max(self.total_peak, self.total_running)
+
+    def exit(self, call_id: str, tool: str) -> None:
+        self.log.append(("end", call_id))
+        self.running[tool] -= 1
+        self.total_running -= 1
+
+    def order(self, kind: str) -> list[str]:
+        return [cid for k, cid in self.log if k == kind]
+
+
+@attrs.define
+class KVTool:
+    """A key-value tool over the recorder's store: read, write or fail; optional delay."""
+
+    recorder: Recorder
+    name: str
+    effects: SideEffects
+    delay: float = 0.0
+    timeout: float | None = None
+
+    @property
+    def definition(self) -> ToolDefinition:
+        return ToolDefinition(
+            name=self.name,
+            description=f"{self.name} a key",
+            input_schema={
+                "type": "object",
+                "properties": {
+                    "key": {"type": "string"},
+                    "value": {"type": "string"},
+                    "delay": {"type": "number"},
+                    "fail": {"type": "boolean"},
+                },
+                "required": ["key"],
+                "additionalProperties": False,
+            },
+            side_effects=self.effects,
+            timeout=self.timeout,
+        )
+
+    async def execute(self, arguments: Mapping[str, Any], ctx: ToolContext) -> ToolOutput:
+        self.recorder.enter(ctx.call_id, self.name)
+        try:
+            await trio.sleep(arguments.get("delay", self.delay))
+            if arguments.get("fail"):
+                raise RuntimeError(f"asked to fail on {arguments['key']}")
+            if self.effects.is_read_only:
+                return ToolOutput.text(str(self.recorder.store.get(arguments["key"], "")))
+            self.recorder.store[arguments["key"]] = arguments.get("value", "")
+            return ToolOutput.text("ok")
+        finally:
+            self.recorder.exit(ctx.call_id, self.name)
+
+
+@pytest.fixture
+def recorder() -> Recorder:
+    return Recorder()

@@ -1,0 +1,439 @@
+"""The executor's promises: order, overlap, admission, short-circuits, one result per call."""
+
+from __future__ import annotations
+
+import itertools
+import threading
+
+import pytest
+import trio
+import trio.testing
+
+from conftest import KVTool, Recorder
+from toolexec import (
+    Batched,
+    CallbackSink,
+    ConcurrencyConfig,
+    Deny,
+    ErrorClass,
+    Parallel,
+    RoutingClass,
+    Sequential,
+    SideEffects,
+    ToolCall,
+    ToolError,
+    ToolExecutor,
+    ToolRegistry,
+    function_tool,
+)
+from toolexec._policy import ALLOW
+
+
+def make_registry(rec: Recorder, delay: float = 1.0) -> ToolRegistry:
+    registry = ToolRegistry()
+    for name, effects in [
+        ("read", SideEffects.READ),
+        ("read2", SideEffects.READ),
+        ("write", SideEffects.WRITE),
+        ("promo", SideEffects.WRITE),
+    ]:
+        registry.register(lambda n=name, e=effects: KVTool(rec, n, e, delay))
+    registry.register(lambda: KVTool(rec, "slow", SideEffects.READ, 100.0, timeout=5.0))
+    return registry
+
+
+def read(cid: str, key: str = "A", **kw: object) -> ToolCall:
+    return ToolCall(cid, "read", {"key": key, **kw})
+
+
+def write(cid: str, key: str = "A", value: str = "new", **kw: object) -> ToolCall:
+    return ToolCall(cid, "write", {"key": key, "value": value, **kw})
+
+
+def assert_idle(executor: ToolExecutor) -> None:
+    stats = executor.statistics()
+    assert stats.read.borrowed == stats.serial_mut.borrowed == 0
+    assert stats.concurrent_mut.borrowed == 0
+    assert all(p.borrowed == 0 for p in stats.per_tool.values())
+    assert stats.calls_in_flight == 0
+
+
+async def test_read_write_read_sees_write_only_after(recorder: Recorder, autojump_clock: object):
+    recorder.store["A"] = "old"
+    executor = ToolExecutor(make_registry(recorder))
+    # The first read is slow and the write fast: without the barrier the
+    # write would land before the first read returns.
+    calls = [read("r1", delay=5.0), write("w1", delay=0.1), read("r2")]
+    outcome = await executor.execute_batch(calls)
+    assert [r.text for r in outcome.results] == ["old", "ok", "new"]
+    assert recorder.log == [
+        ("start", "r1"),
+        ("end", "r1"),
+        ("start", "w1"),
+        ("end", "w1"),
+        ("start", "r2"),
+        ("end", "r2"),
+    ]
+    assert [r.routing for r in outcome.plan.runs] == [
+        RoutingClass.READ_ONLY,
+        RoutingClass.SERIAL_MUT,
+        RoutingClass.READ_ONLY,
+    ]
+
+
+async def test_serial_mutators_run_one_at_a_time_in_emitted_order(
+    recorder: Recorder, autojump_clock: object
+):
+    executor = ToolExecutor(make_registry(recorder))
+    # Decreasing delays: any overlap or reordering would finish later calls first.
+    calls = [write(f"w{i}", key=f"k{i}", delay=10.0 - i) for i in range(8)]
+    outcome = await executor.execute_batch(calls)
+    assert [r.call_id for r in outcome.results] == [f"w{i}" for i in range(8)]
+    assert recorder.peak["write"] == 1
+    assert recorder.order("start") == [f"w{i}" for i in range(8)]
+    assert recorder.order("end") == [f"w{i}" for i in range(8)]
+    assert len(outcome.plan.runs) == 1
+
+
+async def test_calls_in_a_read_only_run_overlap(recorder: Recorder, autojump_clock: object):
+    executor = ToolExecutor(make_registry(recorder))
+    outcome = await executor.execute_batch([read(f"r{i}") for i in range(6)])
+    assert recorder.total_peak == 6
+    assert not any(r.is_error for r in outcome.results)
+
+
+async def test_nothing_of_the_next_run_starts_before_the_previous_ends(
+    recorder: Recorder, autojump_clock: object
+):
+    executor = ToolExecutor(make_registry(recorder), config=ConcurrencyConfig(promoted={"promo"}))
+    calls = [
+        read("r1", delay=3.0),
+        read("r2", delay=1.0),
+        ToolCall("p1", "promo", {"key": "x", "delay": 2.0}),
+        ToolCall("p2", "promo", {"key": "y", "delay": 1.0}),
+        write("w1"),
+        read("r3"),
+    ]
+    outcome = await executor.execute_batch(calls)
+    runs = [set(r.call_ids) for r in outcome.plan.runs]
+    assert runs == [{"r1", "r2"}, {"p1", "p2"}, {"w1"}, {"r3"}]
+    position = {(k, cid): i for i, (k, cid) in enumerate(recorder.log)}
+    for earlier, later in itertools.pairwise(runs):
+        last_end = max(position[("end", c)] for c in earlier)
+        first_start = min(position[("start", c)] for c in later)
+        assert last_end < first_start
+    assert recorder.peak["promo"] == 2  # promoted mutators overlap each other
+
+
+async def test_short_circuits_answer_at_once_without_permit_or_split(
+    recorder: Recorder, autojump_clock: object
+):
+    class DenyNamed:
+        def decide(self, definition, arguments, agent_path):  # type: ignore[no-untyped-def]
+            return (
+                Deny("reads of 'secret' are not allowed") if arguments["key"] == "secret" else ALLOW
+            )
+
+    executor = ToolExecutor(make_registry(recorder), policy=DenyNamed())
+    seen_borrowed: list[int] = []
+
+    async def watch() -> None:
+        await trio.sleep(0.5)  # mid-run
+        seen_borrowed.append(executor.statistics().read.borrowed)
+
+    calls = [
+        read("r1"),
+        ToolCall("u", "nope", {}),
+        ToolCall("j", "read", '{"key": '),
+        ToolCall("s", "read", {"key": 3}),
+        read("d", key="secret"),
+        read("r2"),
+    ]
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(watch)
+        outcome = await executor.execute_batch(calls)
+    classes = [r.error_class for r in outcome.results]
+    assert classes == [
+        None,
+        ErrorClass.NOT_FOUND,
+        ErrorClass.INVALID_ARGUMENTS,
+        ErrorClass.INVALID_ARGUMENTS,
+        ErrorClass.PERMISSION_DENIED,
+        None,
+    ]
+    assert recorder.order("start") in (["r1", "r2"], ["r2", "r1"])  # nothing else ran
+    assert len(outcome.plan.runs) == 1  # the four short-circuits did not split the run
+    assert seen_borrowed == [2]  # only the two real reads hold permits
+    assert outcome.plan.short_circuited == (1, 2, 3, 4)
+    assert outcome.results[1].text.startswith("Tool 'nope' not found. Available: read,")
+    assert "reads of 'secret' are not allowed" in outcome.results[4].text
+    assert all(r.routing is RoutingClass.SHORT_CIRCUIT for r in outcome.results[1:5])
+
+
+async def test_validation_lists_every_violation_with_its_path(recorder: Recorder):
+    executor = ToolExecutor(make_registry(recorder))
+    outcome = await executor.execute_batch(
+        [ToolCall("c", "write", {"value": 1, "delay": "soon", "extra": True})]
+    )
+    text = outcome.results[0].text
+    assert outcome.results[0].error_class is ErrorClass.INVALID_ARGUMENTS
+    for fragment in ["$: ", "'key'", "$.value: ", "$.delay: ", "extra"]:
+        assert fragment.strip("'") in text.replace('"', "'").replace("'", ""), fragment
+    assert len(outcome.results[0].details["violations"]) == 4
+
+
+async def test_caps_are_never_exceeded(recorder: Recorder, autojump_clock: object):
+    config = ConcurrencyConfig(read_width=3, per_tool={"read": 2})
+    executor = ToolExecutor(make_registry(recorder), config=config)
+    calls = [read(f"a{i}") for i in range(10)] + [
+        ToolCall(f"b{i}", "read2", {"key": "k"}) for i in range(10)
+    ]
+    calls = [c for pair in zip(calls[:10], calls[10:], strict=True) for c in pair]
+    outcome = await executor.execute_batch(calls)
+    assert recorder.peak["read"] == 2
+    assert recorder.total_peak == 3
+    assert len(outcome.results) == 20
+    assert_idle(executor)
+
+
+@pytest.mark.parametrize("how", ["success", "error", "timeout", "cancel"])
+async def test_every_permit_is_released(recorder: Recorder, autojump_clock: object, how: str):
+    config = ConcurrencyConfig(per_tool={"slow": 1, "read": 1, "write": 1})
+    executor = ToolExecutor(make_registry(recorder), config=config)
+    tool = "slow" if how in ("timeout", "cancel") else "read"
+    calls = [ToolCall(f"c{i}", tool, {"key": "k", "fail": how == "error"}) for i in range(3)]
+    calls.append(write("w"))
+    batch = executor.prepare(calls)
+    async with trio.open_nursery() as nursery:
+        if how == "cancel":
+            nursery.start_soon(_cancel_later, batch, 1.0)
+        outcome = await batch.run()
+    expected = {
+        "success": None,
+        "error": ErrorClass.EXECUTION_ERROR,
+        "timeout": ErrorClass.TIMEOUT,
+        "cancel": ErrorClass.CANCELLED,
+    }[how]
+    assert [r.error_class for r in outcome.results[:3]] == [expected] * 3
+    assert_idle(executor)
+
+
+async def _cancel_later(batch, delay: float) -> None:  # type: ignore[no-untyped-def]
+    await trio.sleep(delay)
+    batch.cancel()
+
+
+async def test_fork_shares_read_and_serial_pools_only(recorder: Recorder):
+    config = ConcurrencyConfig(per_tool={"read": 2})
+    parent = ToolExecutor(make_registry(recorder), config=config)
+    child = parent.fork_for_subagent("researcher")
+    assert child.pools.read is parent.pools.read
+    assert child.pools.serial_mut is parent.pools.serial_mut
+    assert child.pools.concurrent_mut is not parent.pools.concurrent_mut
+    assert child.pools.per_tool["read"] is not parent.pools.per_tool["read"]
+    assert child.pools.concurrent_mut.total_tokens == parent.pools.concurrent_mut.total_tokens
+    assert child.pools.per_tool["read"].total_tokens == 2
+    assert child.agent_path == "root/researcher"
+    assert child.registry is parent.registry
+    assert child.policy is parent.policy
+
+
+@pytest.mark.parametrize(
+    ("strategy", "expected"),
+    [
+        (Parallel(), [["r0", "r1", "r2"], ["w0", "w1"], ["r3", "r4"]]),
+        (Sequential(), [["r0"], ["r1"], ["r2"], ["w0"], ["w1"], ["r3"], ["r4"]]),
+        (Batched(2), [["r0", "r1"], ["r2"], ["w0", "w1"], ["r3", "r4"]]),
+    ],
+)
+async def test_strategies_cut_where_design_says(recorder: Recorder, strategy, expected):  # type: ignore[no-untyped-def]
+    executor = ToolExecutor(make_registry(recorder), strategy=strategy)
+    calls = [
+        read("r0"),
+        read("r1"),
+        ToolCall("bad", "nope"),
+        read("r2"),
+        write("w0"),
+        write("w1"),
+        read("r3"),
+        read("r4"),
+    ]
+    plan = executor.prepare(calls).plan
+    assert [list(r.call_ids) for r in plan.runs] == expected
+
+
+@pytest.mark.parametrize("strategy", [Parallel(), Sequential(), Batched(2)])
+async def test_steering_skips_exactly_the_calls_not_started(  # type: ignore[no-untyped-def]
+    recorder: Recorder, autojump_clock: object, strategy
+):
+    polls = 0
+
+    def steering() -> list[str]:
+        nonlocal polls
+        polls += 1
+        return ["stop, use the other file"] if polls == 1 else []
+
+    executor = ToolExecutor(make_registry(recorder), strategy=strategy, steering=steering)
+    calls = [read("r0"), read("r1"), write("w0"), read("r2")]
+    outcome = await executor.execute_batch(calls)
+    first_run = outcome.plan.runs[0].call_ids
+    for result in outcome.results:
+        if result.call_id in first_run:
+            assert not result.is_error
+        else:
+            assert result.error_class is ErrorClass.SKIPPED
+            assert "Skipped" in result.text
+    assert set(recorder.order("start")) == set(first_run)
+    assert outcome.steering_messages == ("stop, use the other file",)
+
+
+async def test_one_result_per_call_in_order_whatever_fails(
+    recorder: Recorder, autojump_clock: object
+):
+    @function_tool(side_effects=SideEffects.READ)
+    async def explode(kind: str) -> str:
+        if kind == "tool_error":
+            raise ToolError("the file is locked; retry later")
+        raise ValueError("boom")
+
+    registry = make_registry(recorder)
+    registry.register(explode)
+    executor = ToolExecutor(registry)
+    calls = [
+        ToolCall("e1", "explode", {"kind": "tool_error"}),
+        ToolCall("e2", "explode", {"kind": "value"}),
+        ToolCall("t", "slow", {"key": "k"}),
+        read("ok"),
+        ToolCall("x", "nope"),
+    ]
+    outcome = await executor.execute_batch(calls)
+    assert [r.call_id for r in outcome.results] == ["e1", "e2", "t", "ok", "x"]
+    assert [r.error_class for r in outcome.results] == [
+        ErrorClass.EXECUTION_ERROR,
+        ErrorClass.EXECUTION_ERROR,
+        ErrorClass.TIMEOUT,
+        None,
+        ErrorClass.NOT_FOUND,
+    ]
+    assert outcome.results[0].text == "the file is locked; retry later"
+    assert outcome.results[1].text == "Tool 'explode' failed: ValueError: boom"
+    assert "timed out after 5s" in outcome.results[2].text
+    assert outcome.results[2].duration == pytest.approx(5.0)
+
+
+async def test_host_cancel_answers_every_unfinished_call(
+    recorder: Recorder, autojump_clock: object
+):
+    executor = ToolExecutor(make_registry(recorder))
+    calls = [read("r0", delay=1.0), ToolCall("s", "slow", {"key": "k"}), write("w0"), read("r1")]
+    batch = executor.prepare(calls)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(_cancel_later, batch, 2.0)
+        outcome = await batch.run()
+    assert outcome.cancelled
+    assert [r.error_class for r in outcome.results] == [
+        None,
+        ErrorClass.CANCELLED,
+        ErrorClass.CANCELLED,
+        ErrorClass.CANCELLED,
+    ]
+    assert recorder.total_running == 0
+    assert_idle(executor)
+
+
+async def test_cancel_all_cancels_every_running_batch(recorder: Recorder, autojump_clock: object):
+    executor = ToolExecutor(make_registry(recorder))
+    outcomes = []
+
+    async def run_one(key: str) -> None:
+        outcomes.append(await executor.execute_batch([ToolCall(key, "slow", {"key": key})]))
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(run_one, "a")
+        nursery.start_soon(run_one, "b")
+        await trio.testing.wait_all_tasks_blocked()
+        executor.cancel_all()
+    assert sorted(o.results[0].error_class.value for o in outcomes) == ["cancelled"] * 2  # type: ignore[union-attr]
+
+
+async def test_enclosing_cancellation_propagates_and_leaves_nothing_running(
+    recorder: Recorder, autojump_clock: object
+):
+    executor = ToolExecutor(make_registry(recorder))
+    with trio.move_on_after(2.0) as scope:
+        await executor.execute_batch([ToolCall("s", "slow", {"key": "k"}), read("r")])
+    assert scope.cancelled_caught
+    assert recorder.total_running == 0
+    assert_idle(executor)
+
+
+async def test_keyboard_interrupt_is_never_a_result(recorder: Recorder):
+    @function_tool(side_effects=SideEffects.READ)
+    async def interrupt() -> str:
+        raise KeyboardInterrupt
+
+    registry = make_registry(recorder)
+    registry.register(interrupt)
+    with pytest.raises(KeyboardInterrupt):
+        await ToolExecutor(registry).execute_batch([ToolCall("k", "interrupt")])
+
+
+async def test_sync_tool_thread_is_abandoned_on_cancel(recorder: Recorder):
+    release = threading.Event()
+    entered = trio.Event()
+    token = trio.lowlevel.current_trio_token()
+
+    @function_tool(side_effects=SideEffects.READ)
+    def block() -> str:
+        token.run_sync_soon(entered.set)
+        release.wait()
+        return "finished"
+
+    registry = make_registry(recorder)
+    registry.register(block)
+    executor = ToolExecutor(registry)
+    batch = executor.prepare([ToolCall("b", "block")])
+    try:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(_cancel_when, batch, entered)
+            outcome = await batch.run()
+    finally:
+        release.set()
+    assert outcome.results[0].error_class is ErrorClass.CANCELLED
+    assert_idle(executor)
+
+
+async def _cancel_when(batch, event: trio.Event) -> None:  # type: ignore[no-untyped-def]
+    await event.wait()
+    batch.cancel()
+
+
+async def test_events_cover_the_lifecycle_and_a_raising_sink_is_harmless(recorder: Recorder):
+    seen: list[str] = []
+
+    def explode(event: object) -> None:
+        raise RuntimeError("sink bug")
+
+    executor = ToolExecutor(
+        make_registry(recorder, delay=0.0),
+        sinks=[CallbackSink(explode), CallbackSink(lambda e: seen.append(type(e).__name__))],
+    )
+    outcome = await executor.execute_batch([read("r"), ToolCall("bad", "read", {})])
+    assert not outcome.results[0].is_error
+    assert seen == [
+        "BatchPlanned",
+        "InputInvalid",
+        "CallFailed",
+        "RunStarted",
+        "CallStarted",
+        "CallCompleted",
+        "RunFinished",
+        "BatchFinished",
+    ]
+
+
+async def test_a_batch_runs_once(recorder: Recorder):
+    batch = ToolExecutor(make_registry(recorder, delay=0.0)).prepare([read("r")])
+    await batch.run()
+    with pytest.raises(RuntimeError, match="already run"):
+        await batch.run()
