@@ -1,0 +1,395 @@
+"""Provider formats round-trip through the executor, checked by the official SDK types."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from pydantic import TypeAdapter
+
+from toolexec import (
+    ErrorClass,
+    ImageContent,
+    JsonContent,
+    SideEffects,
+    TextContent,
+    ToolCall,
+    ToolError,
+    ToolExecutor,
+    ToolRegistry,
+    ToolResult,
+    formats,
+    function_tool,
+)
+from toolexec.formats import FormatError
+
+openai_types = pytest.importorskip("openai.types")
+anthropic_types = pytest.importorskip("anthropic.types")
+
+from anthropic.types import Message as AnthropicMessage  # noqa: E402
+from anthropic.types import MessageParam, ToolParam  # noqa: E402
+from openai.types.chat import (  # noqa: E402
+    ChatCompletion,
+    ChatCompletionFunctionToolParam,
+    ChatCompletionMessageParam,
+)
+from openai.types.responses import (  # noqa: E402
+    FunctionToolParam,
+    Response,
+    ResponseInputItemParam,
+)
+
+# -- helpers ------------------------------------------------------------------
+
+
+def _materialize(value: Any) -> Any:
+    """Walk a pydantic-validated TypedDict, forcing its lazily validated iterables."""
+    if isinstance(value, dict):
+        return {k: _materialize(v) for k, v in value.items()}
+    if isinstance(value, str | int | float | bool | type(None)):
+        return value
+    if isinstance(value, list | tuple | Iterator) or hasattr(value, "__next__"):
+        return [_materialize(v) for v in value]
+    return value
+
+
+def assert_valid_param(param_type: Any, value: Any) -> None:
+    """``value`` validates as the SDK request type and loses no key doing so."""
+    adapter = TypeAdapter(param_type)  # alive while its lazy iterators are consumed
+    validated = _materialize(adapter.validate_python(value))
+    assert validated == value
+
+
+def make_registry() -> tuple[ToolRegistry, dict[str, str]]:
+    notes = {"todo": "buy milk"}
+
+    @function_tool(side_effects=SideEffects.READ)
+    def read_note(name: str) -> str:
+        """Read a note."""
+        if name not in notes:
+            raise ToolError(f"No note named {name!r}.")
+        return notes[name]
+
+    @function_tool(side_effects=SideEffects.WRITE)
+    def write_note(name: str, text: str) -> str:
+        """Write a note."""
+        notes[name] = text
+        return f"wrote {name}"
+
+    @function_tool(side_effects=SideEffects.NONE)
+    def stats() -> dict[str, int]:
+        """Count the notes."""
+        return {"notes": len(notes)}
+
+    registry = ToolRegistry()
+    for tool in (read_note, write_note, stats):
+        registry.register(tool)
+    return registry, notes
+
+
+# -- responses as the providers send them -----------------------------------
+
+
+def chat_completion() -> dict[str, Any]:
+    calls = [
+        ("call_a1", "read_note", '{"name": "todo"}'),
+        ("call_b2", "write_note", '{"name": "todo", "text": "buy oat milk"}'),
+        ("call_c3", "read_note", '{"name": "todo"}'),
+        ("call_d4", "read_note", '{"name": '),  # truncated JSON from the model
+        ("call_e5", "delete_note", "{}"),
+        ("call_f6", "stats", ""),
+    ]
+    return {
+        "id": "chatcmpl-9x",
+        "object": "chat.completion",
+        "created": 1_760_000_000,
+        "model": "gpt-4.1-mini",
+        "choices": [
+            {
+                "index": 0,
+                "finish_reason": "tool_calls",
+                "logprobs": None,
+                "message": {
+                    "role": "assistant",
+                    "content": None,
+                    "refusal": None,
+                    "tool_calls": [
+                        {"id": i, "type": "function", "function": {"name": n, "arguments": a}}
+                        for i, n, a in calls
+                    ],
+                },
+            }
+        ],
+        "usage": {"prompt_tokens": 120, "completion_tokens": 80, "total_tokens": 200},
+    }
+
+
+def responses_response() -> dict[str, Any]:
+    calls = [
+        ("call_r1", "read_note", '{"name": "todo"}'),
+        ("call_r2", "write_note", '{"name": "todo", "text": "buy oat milk"}'),
+        ("call_r3", "read_note", '{"name": "missing"}'),
+    ]
+    return {
+        "id": "resp_01",
+        "object": "response",
+        "created_at": 1_760_000_000,
+        "model": "gpt-4.1-mini",
+        "status": "completed",
+        "parallel_tool_calls": True,
+        "tool_choice": "auto",
+        "tools": [],
+        "output": [
+            {
+                "id": "msg_01",
+                "type": "message",
+                "role": "assistant",
+                "status": "completed",
+                "content": [{"type": "output_text", "text": "Checking.", "annotations": []}],
+            },
+            *[
+                {
+                    "id": f"fc_{i}",
+                    "type": "function_call",
+                    "call_id": i,
+                    "name": n,
+                    "arguments": a,
+                    "status": "completed",
+                }
+                for i, n, a in calls
+            ],
+        ],
+        "usage": {
+            "input_tokens": 50,
+            "output_tokens": 30,
+            "total_tokens": 80,
+            "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
+            "output_tokens_details": {"reasoning_tokens": 0},
+        },
+    }
+
+
+def anthropic_message() -> dict[str, Any]:
+    return {
+        "id": "msg_01A",
+        "type": "message",
+        "role": "assistant",
+        "model": "claude-sonnet-4-5",
+        "stop_reason": "tool_use",
+        "stop_sequence": None,
+        "content": [
+            {"type": "text", "text": "Let me look."},
+            {"type": "tool_use", "id": "toolu_1", "name": "read_note", "input": {"name": "todo"}},
+            {
+                "type": "tool_use",
+                "id": "toolu_2",
+                "name": "write_note",
+                "input": {"name": "todo", "text": "buy oat milk"},
+            },
+            {"type": "tool_use", "id": "toolu_3", "name": "read_note", "input": {"name": "nope"}},
+            {"type": "tool_use", "id": "toolu_4", "name": "write_note", "input": {"name": 3}},
+        ],
+        "usage": {"input_tokens": 40, "output_tokens": 25},
+    }
+
+
+# -- round trips --------------------------------------------------------------
+
+
+async def test_openai_chat_round_trip() -> None:
+    raw = chat_completion()
+    sdk = ChatCompletion.model_validate(raw)
+    assert formats.detect_format(sdk) == "openai-chat"
+    parsed = formats.parse_response(sdk)
+    assert parsed == formats.parse_response(raw, "openai-chat")
+    assert parsed.usage.input_tokens == 120
+    calls = parsed.tool_calls
+    assert [c.id for c in calls] == [f"call_{x}" for x in ("a1", "b2", "c3", "d4", "e5", "f6")]
+    assert calls[0].arguments == '{"name": "todo"}'  # the raw string, for the executor
+
+    registry, notes = make_registry()
+    outcome = await ToolExecutor(registry).execute_batch(calls)
+    messages = formats.render_results(outcome.results, "openai-chat")
+
+    assert [m["tool_call_id"] for m in messages] == [c.id for c in calls]
+    texts = [m["content"] for m in messages]
+    assert texts[0] == "buy milk"
+    assert texts[2] == "buy oat milk"  # the write ran between the two reads
+    assert texts[3].startswith("Error: Invalid arguments for tool 'read_note'")
+    assert texts[4].startswith("Error: Tool 'delete_note' not found")
+    assert json.loads(texts[5]) == {"notes": 1}
+    assert notes == {"todo": "buy oat milk"}
+    for message in messages:
+        assert_valid_param(ChatCompletionMessageParam, message)
+    history = [
+        {"role": "user", "content": "tidy my notes"},
+        *formats.render_assistant(parsed.text, calls, "openai-chat"),
+        *messages,
+    ]
+    assert_valid_param(list[ChatCompletionMessageParam], history)
+
+
+async def test_openai_responses_round_trip() -> None:
+    raw = responses_response()
+    sdk = Response.model_validate(raw)
+    assert formats.detect_format(sdk) == "openai-responses"
+    parsed = formats.parse_response(sdk)
+    assert parsed == formats.parse_response(raw)
+    assert parsed.text == "Checking."
+    assert [c.id for c in parsed.tool_calls] == ["call_r1", "call_r2", "call_r3"]
+
+    registry, _ = make_registry()
+    outcome = await ToolExecutor(registry).execute_batch(parsed.tool_calls)
+    items = formats.render_results(outcome.results, "openai-responses")
+
+    assert [i["call_id"] for i in items] == ["call_r1", "call_r2", "call_r3"]
+    assert [i["output"] for i in items] == [
+        "buy milk",
+        "wrote todo",
+        "Error: No note named 'missing'.",
+    ]
+    history = [
+        {"role": "user", "content": "tidy my notes"},
+        *formats.render_assistant(parsed.text, parsed.tool_calls, "openai-responses"),
+        *items,
+    ]
+    for item in history:
+        assert_valid_param(ResponseInputItemParam, item)
+
+
+async def test_anthropic_round_trip_carries_is_error() -> None:
+    raw = anthropic_message()
+    sdk = AnthropicMessage.model_validate(raw)
+    assert formats.detect_format(sdk) == "anthropic"
+    parsed = formats.parse_response(sdk)
+    assert parsed == formats.parse_response(raw)
+    assert parsed.text == "Let me look."
+    assert parsed.tool_calls[1] == ToolCall(
+        "toolu_2", "write_note", {"name": "todo", "text": "buy oat milk"}
+    )
+
+    registry, _ = make_registry()
+    outcome = await ToolExecutor(registry).execute_batch(parsed.tool_calls)
+    assert outcome.results[3].error_class is ErrorClass.INVALID_ARGUMENTS
+    rendered = formats.render_results(outcome.results, "anthropic")
+
+    assert len(rendered) == 1
+    assert rendered[0]["role"] == "user"
+    blocks = rendered[0]["content"]
+    assert [b["tool_use_id"] for b in blocks] == ["toolu_1", "toolu_2", "toolu_3", "toolu_4"]
+    assert [b["is_error"] for b in blocks] == [False, False, True, True]
+    assert blocks[2]["content"] == [{"type": "text", "text": "No note named 'nope'."}]
+    history = [
+        {"role": "user", "content": "tidy my notes"},
+        *formats.render_assistant(parsed.text, parsed.tool_calls, "anthropic"),
+        *rendered,
+    ]
+    assert_valid_param(list[MessageParam], history)
+
+
+def test_bare_chat_message_and_mapping_arguments() -> None:
+    message = {
+        "role": "assistant",
+        "content": "ok",
+        "tool_calls": [
+            {"id": "c1", "type": "function", "function": {"name": "x", "arguments": {"a": 1}}}
+        ],
+    }
+    assert formats.detect_format(message) == "openai-chat"
+    assert formats.parse_calls(message) == (ToolCall("c1", "x", {"a": 1}),)
+    rendered = formats.render_assistant("", formats.parse_calls(message), "openai-chat")
+    assert rendered[0]["tool_calls"][0]["function"]["arguments"] == '{"a": 1}'
+
+
+def test_text_only_responses_have_no_calls() -> None:
+    chat = chat_completion()
+    chat["choices"][0]["message"] = {"role": "assistant", "content": "Done."}
+    assert formats.parse_response(ChatCompletion.model_validate(chat)).text == "Done."
+    assert formats.parse_calls(chat) == ()
+    assert formats.render_results([], "anthropic") == []
+
+
+# -- content rendering --------------------------------------------------------
+
+
+def test_content_blocks_render_per_provider() -> None:
+    png = "iVBORw0KGgo="
+    result = ToolResult(
+        "c1",
+        "shot",
+        (TextContent("see"), JsonContent({"w": 2}), ImageContent(png, "image/png")),
+    )
+    chat = formats.render_results([result], "openai-chat")[0]
+    assert chat["content"] == 'see\n{"w": 2}\n[image image/png, 9 bytes, not shown]'
+    block = formats.render_results([result], "anthropic")[0]["content"][0]
+    assert block["content"] == [
+        {"type": "text", "text": "see"},
+        {"type": "text", "text": '{"w": 2}'},
+        {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": png}},
+    ]
+    assert_valid_param(MessageParam, formats.render_results([result], "anthropic")[0])
+    empty = ToolResult("c2", "quiet", (TextContent(""),))
+    assert formats.render_results([empty], "anthropic")[0]["content"] == [
+        {"type": "tool_result", "tool_use_id": "c2", "is_error": False}
+    ]
+
+
+def test_tool_definitions_render_as_each_provider_schema() -> None:
+    registry, _ = make_registry()
+    definitions = registry.definitions()
+    chat = formats.render_tools(definitions, "openai-chat")
+    responses = formats.render_tools(definitions, "openai-responses")
+    anthropic = formats.render_tools(definitions, "anthropic")
+    assert [t["function"]["name"] for t in chat] == ["read_note", "write_note", "stats"]
+    for tool in chat:
+        assert_valid_param(ChatCompletionFunctionToolParam, tool)
+    for tool in responses:
+        assert_valid_param(FunctionToolParam, tool)
+    for tool in anthropic:
+        assert_valid_param(ToolParam, tool)
+    assert anthropic[0]["input_schema"] == dict(definitions[0].input_schema)
+    assert anthropic[0]["description"] == "Read a note."
+
+
+# -- malformed responses ------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("mutate", "fmt", "path"),
+    [
+        (lambda r: r["choices"][0]["message"]["tool_calls"][1].pop("id"), "openai-chat",
+         "choices[0].message.tool_calls[1].id"),
+        (lambda r: r.update(choices={}), "openai-chat", "choices"),
+        (lambda r: r.update(choices=[]), "openai-chat", "choices"),
+        (lambda r: r["choices"][0]["message"]["tool_calls"][0]["function"].update(arguments=3),
+         "openai-chat", "choices[0].message.tool_calls[0].function.arguments"),
+        (lambda r: r["output"][2].update(name=None), "openai-responses", "output[2].name"),
+        (lambda r: r.update(output="nope"), "openai-responses", "output"),
+        (lambda r: r["content"][1].pop("name"), "anthropic", "content[1].name"),
+        (lambda r: r["content"].append("tool_use"), "anthropic", "content[5]"),
+    ],
+)  # fmt: skip
+def test_malformed_responses_name_the_field(mutate: Any, fmt: str, path: str) -> None:
+    response = {
+        "openai-chat": chat_completion,
+        "openai-responses": responses_response,
+        "anthropic": anthropic_message,
+    }[fmt]()
+    mutate(response)
+    with pytest.raises(FormatError) as info:
+        formats.parse_calls(response, fmt)
+    assert info.value.path == path
+    assert info.value.format == fmt
+    assert f"field {path}:" in str(info.value)
+    assert isinstance(info.value, ValueError)
+
+
+def test_undetectable_and_unknown_formats() -> None:
+    with pytest.raises(FormatError, match="cannot tell the provider format"):
+        formats.detect_format({"hello": "world"})
+    with pytest.raises(FormatError, match="cannot tell"):
+        formats.parse_calls([1, 2])
+    with pytest.raises(FormatError, match="unknown format 'gemini'; use one of"):
+        formats.render_results([], "gemini")
