@@ -7,6 +7,16 @@ this package only re-exports the public names. Anything not listed in
 
 from __future__ import annotations
 
+from ._approval import (
+    ApprovalAnswer,
+    ApprovalConfig,
+    ApprovalMode,
+    ApprovalRequest,
+    Approver,
+    AutoApprover,
+    FirstAnswer,
+    TerminalApprover,
+)
 from ._errors import InternalError, RegistrationError, ToolError, ToolexecError
 from ._events import (
     ApprovalRequested,
@@ -28,6 +38,7 @@ from ._events import (
 )
 from ._executor import Batch, BatchOutcome, Steering, ToolExecutor
 from ._function import FunctionTool, function_tool
+from ._hooks import CallHook, HookDecision, Rewrite, Skip
 from ._limits import ConcurrencyConfig, ExecutorStatistics, PoolStatistics
 from ._model import Message, Model, ModelResponse, Usage
 from ._plan import Batched, BatchPlan, ExecutionStrategy, Parallel, RunPlan, Sequential
@@ -53,9 +64,15 @@ __version__ = "0.1.0"
 __all__ = [
     "Allow",
     "AllowAll",
+    "ApprovalAnswer",
+    "ApprovalConfig",
+    "ApprovalMode",
+    "ApprovalRequest",
     "ApprovalRequested",
     "ApprovalResolved",
+    "Approver",
     "Ask",
+    "AutoApprover",
     "Batch",
     "BatchFinished",
     "BatchOutcome",
@@ -64,6 +81,7 @@ __all__ = [
     "Batched",
     "CallCompleted",
     "CallFailed",
+    "CallHook",
     "CallProgress",
     "CallStarted",
     "CallUpdate",
@@ -79,7 +97,9 @@ __all__ = [
     "ExecutionGrant",
     "ExecutionStrategy",
     "ExecutorStatistics",
+    "FirstAnswer",
     "FunctionTool",
+    "HookDecision",
     "ImageContent",
     "InputInvalid",
     "InternalError",
@@ -90,13 +110,16 @@ __all__ = [
     "Parallel",
     "PoolStatistics",
     "RegistrationError",
+    "Rewrite",
     "RoutingClass",
     "RunFinished",
     "RunPlan",
     "RunStarted",
     "Sequential",
     "SideEffects",
+    "Skip",
     "Steering",
+    "TerminalApprover",
     "TextContent",
     "Tool",
     "ToolCall",

@@ -36,8 +36,11 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 import attrs
 import trio
 
+from ._approval import ApprovalConfig, ApprovalMode, ApprovalRequest, Approver, canonical_json
 from ._errors import ToolError
 from ._events import (
+    ApprovalRequested,
+    ApprovalResolved,
     BatchFinished,
     BatchPlanned,
     CallCompleted,
@@ -51,6 +54,7 @@ from ._events import (
     RunStarted,
     emit_to,
 )
+from ._hooks import CallHook, Rewrite, Skip
 from ._lifecycle import CallSlot, State
 from ._limits import ConcurrencyConfig, ExecutorStatistics, Pools
 from ._plan import BatchPlan, ExecutionStrategy, Parallel, RunPlan
@@ -69,6 +73,7 @@ from ._types import (
 
 if TYPE_CHECKING:
     from ._registry import ToolRegistry
+    from ._subagent import AgentTree
 
 __all__ = ["Batch", "BatchOutcome", "Steering", "ToolExecutor"]
 
@@ -94,6 +99,10 @@ def _error(slot: CallSlot, error_class: ErrorClass, text: str, **kw: Any) -> Too
 
 def _as_sinks(sinks: Iterable[EventSink]) -> tuple[EventSink, ...]:
     return tuple(sinks)
+
+
+def _as_hooks(hooks: Iterable[CallHook]) -> tuple[CallHook, ...]:
+    return tuple(hooks)
 
 
 @attrs.frozen
@@ -135,6 +144,12 @@ class ToolExecutor:
         session_id: the host's session id, passed to tools.
         workspace: passed to tools in their context.
         grace_period: seconds a cancelled tool gets for cleanup.
+        approver: answers approval requests; without one, a call that needs
+            approval is denied.
+        approval: which calls need approval (``ApprovalConfig``). ``None``
+            means none do, unless the policy says ``Ask``; with an approver
+            and no config, the ``ApprovalConfig()`` defaults apply.
+        hooks: ``CallHook`` objects that see calls before and after.
     """
 
     registry: ToolRegistry
@@ -147,14 +162,22 @@ class ToolExecutor:
     session_id: str = ""
     workspace: Any = None
     grace_period: float = 5.0
+    approver: Approver | None = None
+    approval: ApprovalConfig | None = None
+    hooks: tuple[CallHook, ...] = attrs.field(default=(), converter=_as_hooks)
+    _memory: dict[str, bool] = attrs.field(factory=dict, alias="memory", repr=False)
     _pools: Pools | None = attrs.field(default=None, alias="pools", repr=False)
     _batches: set[Batch] = attrs.field(factory=set, init=False, repr=False)
     _ids: Any = attrs.field(factory=itertools.count, init=False, repr=False)
     _in_flight: int = attrs.field(default=0, init=False, repr=False)
+    # The sub-agent tree this executor belongs to (limits, unique paths); forks share it.
+    tree: AgentTree | None = None
 
     def __attrs_post_init__(self) -> None:
         if self._pools is None:
             self._pools = Pools.create(self.config)
+        if self.approval is None and self.approver is not None:
+            self.approval = ApprovalConfig()
 
     @property
     def pools(self) -> Pools:
@@ -216,7 +239,12 @@ class ToolExecutor:
             session_id=self.session_id,
             workspace=self.workspace,
             grace_period=self.grace_period,
+            approver=self.approver,
+            approval=self.approval,
+            hooks=self.hooks,
+            memory=self._memory,
             pools=self.pools.fork(),
+            tree=self.tree,
         )
 
     def statistics(self) -> ExecutorStatistics:
@@ -253,7 +281,9 @@ class ToolExecutor:
             return
         slot.arguments = arguments
         definition = entry.definition
-        decision = self.policy.decide(definition, arguments, self.agent_path)
+        if self.hooks and not self._before_hooks(slot):
+            return
+        decision = self.policy.decide(definition, slot.arguments, self.agent_path)
         if isinstance(decision, Deny):
             slot.finish(
                 _error(
@@ -263,10 +293,65 @@ class ToolExecutor:
                 )
             )
             return
+        mode = ApprovalMode.AUTO
+        if self.approval is not None:
+            mode = self.approval.mode_for(definition, self.workspace)
+        if isinstance(decision, Ask):
+            slot.reason = decision.reason
+            if mode is ApprovalMode.AUTO:
+                mode = ApprovalMode.PROMPT
+        if mode is ApprovalMode.DENY:
+            slot.finish(
+                _error(
+                    slot,
+                    ErrorClass.PERMISSION_DENIED,
+                    f"Permission denied for tool '{call.name}': the confirmation policy denies "
+                    f"tools with side effects '{definition.side_effects.value}'.",
+                )
+            )
+            return
         slot.grant = decision.grant
-        slot.needs_approval = isinstance(decision, Ask)
-        slot.routing = self._routing_class(definition, arguments)
+        slot.needs_approval = None if mode is ApprovalMode.AUTO else mode
+        slot.routing = self._routing_class(definition, slot.arguments)
         slot.advance(State.QUEUED)
+
+    def _before_hooks(self, slot: CallSlot) -> bool:
+        call, entry = slot.call, slot.entry
+        for hook in self.hooks:
+            try:
+                decision = hook.before_call(call, slot.arguments, self.agent_path)
+            except Exception as exc:
+                _log.exception("before_call hook %r raised; denying the call", hook)
+                slot.finish(
+                    _error(
+                        slot,
+                        ErrorClass.PERMISSION_DENIED,
+                        f"Permission denied for tool '{call.name}': a safety check failed "
+                        f"({type(exc).__name__}).",
+                    )
+                )
+                return False
+            if isinstance(decision, Skip):
+                slot.finish(
+                    _error(slot, ErrorClass.SKIPPED, f"Skipped by the host: {decision.reason}")
+                )
+                return False
+            if isinstance(decision, Rewrite):
+                arguments = dict(decision.arguments)
+                if not entry.schema.is_valid(arguments):
+                    violations = entry.schema.violations(arguments)
+                    slot.finish(
+                        _error(
+                            slot,
+                            ErrorClass.INVALID_ARGUMENTS,
+                            f"Invalid arguments for tool '{call.name}' after the host rewrote "
+                            "them:\n- " + "\n- ".join(violations),
+                            details={"violations": violations},
+                        )
+                    )
+                    return False
+                slot.arguments = arguments
+        return True
 
     def _parse(self, slot: CallSlot) -> dict[str, Any] | None:
         raw = slot.call.arguments
@@ -317,18 +402,13 @@ class ToolExecutor:
     # -- running ----------------------------------------------------------
 
     async def _run_call(self, slot: CallSlot, batch: Batch) -> None:
-        if slot.needs_approval:
+        if slot.needs_approval is not None:
             slot.advance(State.APPROVING)
-            slot.finish(
-                _error(
-                    slot,
-                    ErrorClass.PERMISSION_DENIED,
-                    f"Permission denied for tool '{slot.call.name}': it needs "
-                    "approval and no approver is configured.",
-                )
-            )
-            batch._emit_result(slot)
-            return
+            denial = await self._approve(slot, batch)
+            if denial is not None:
+                slot.finish(denial)
+                batch._settle(slot)
+                return
         slot.advance(State.ADMITTING)
         pools = self.pools
         tool_limiter = pools.per_tool.get(slot.call.name)
@@ -344,7 +424,87 @@ class ToolExecutor:
         finally:
             if tool_limiter is not None:
                 tool_limiter.release_on_behalf_of(slot)
-        batch._emit_result(slot)
+        batch._settle(slot)
+
+    async def _approve(self, slot: CallSlot, batch: Batch) -> ToolResult | None:
+        call, mode = slot.call, slot.needs_approval
+        if mode is ApprovalMode.PROMPT_ONCE and call.name in self._memory:
+            if self._memory[call.name]:
+                return None
+            return _error(
+                slot,
+                ErrorClass.USER_DENIED,
+                f"The user denied tool '{call.name}' for the rest of this session.",
+            )
+        if self.approver is None:
+            return _error(
+                slot,
+                ErrorClass.PERMISSION_DENIED,
+                f"Permission denied for tool '{call.name}': it needs approval and no "
+                "approver is configured.",
+            )
+        request = ApprovalRequest(
+            call.id,
+            call.name,
+            self.agent_path,
+            slot.entry.definition.side_effects,
+            canonical_json(slot.arguments),
+            slot.reason,
+        )
+        timeout = self.approval.timeout if self.approval is not None else 300.0
+        if self.sinks:
+            emit_to(
+                self.sinks,
+                ApprovalRequested(
+                    agent_path=self.agent_path,
+                    batch_id=batch.id,
+                    time=trio.current_time(),
+                    call_id=call.id,
+                    tool_name=call.name,
+                    summary=request.summary,
+                ),
+            )
+        answer = None
+        try:
+            with trio.move_on_after(timeout):
+                answer = await self.approver.request(request)
+        except Exception as exc:
+            _log.exception("approver %r raised; denying the call", self.approver)
+            return _error(
+                slot,
+                ErrorClass.PERMISSION_DENIED,
+                f"Permission denied for tool '{call.name}': the approval could not be "
+                f"obtained ({type(exc).__name__}).",
+            )
+        if self.sinks:
+            emit_to(
+                self.sinks,
+                ApprovalResolved(
+                    agent_path=self.agent_path,
+                    batch_id=batch.id,
+                    time=trio.current_time(),
+                    call_id=call.id,
+                    tool_name=call.name,
+                    approved=bool(answer and answer.approved),
+                    by=answer.by if answer is not None else "timeout",
+                ),
+            )
+        if answer is None:
+            return _error(
+                slot,
+                ErrorClass.CONFIRMATION_TIMEOUT,
+                f"No answer to the approval request for tool '{call.name}' within "
+                f"{timeout:g}s; the call did not run.",
+            )
+        if mode is ApprovalMode.PROMPT_ONCE:
+            self._memory[call.name] = answer.approved
+        if not answer.approved:
+            why = f": {answer.reason}" if answer.reason else "."
+            return _error(
+                slot, ErrorClass.USER_DENIED, f"The user denied this call of '{call.name}'{why}"
+            )
+        slot.arguments = json.loads(request.arguments)  # run exactly what was shown
+        return None
 
     async def _invoke(self, slot: CallSlot, batch: Batch) -> ToolResult:
         call, entry = slot.call, slot.entry
@@ -376,7 +536,7 @@ class ToolExecutor:
             self,
             grant,
             self.grace_period,
-            emit=batch.progress_emitter(call) if sinks else _no_emit,
+            emit=batch.progress_emitter(call) if sinks or self.hooks else _no_emit,
         )
         self._in_flight += 1
         output: ToolOutput | None = None
@@ -494,6 +654,8 @@ class Batch:
         messages: tuple[str, ...] = ()
         try:
             self._emit_planned()
+            for i in self.plan.short_circuited:
+                self._settle(self._slots[i])
             with self._scope:
                 for run in self.plan.runs:
                     await self._run(run)
@@ -543,7 +705,7 @@ class Batch:
                     slot.finish(_error(slot, ErrorClass.CANCELLED, CANCELLED_TEXT))
                 else:
                     slot.finish(_error(slot, ErrorClass.SKIPPED, SKIPPED_TEXT))
-                self._emit_result(slot)
+                self._settle(slot)
         results = tuple(s.result for s in self._slots if s.result is not None)
         sinks = self.executor.sinks
         if sinks:
@@ -572,8 +734,17 @@ class Batch:
                 plan=self.plan,
             ),
         )
-        for i in self.plan.short_circuited:
-            self._emit_result(self._slots[i])
+
+    def _settle(self, slot: CallSlot) -> None:
+        executor = self.executor
+        if executor.hooks and slot.result is not None:
+            for hook in executor.hooks:
+                try:
+                    hook.after_call(slot.call, slot.result, executor.agent_path)
+                except Exception:
+                    _log.exception("after_call hook %r raised; ignored", hook)
+        if executor.sinks:
+            self._emit_result(slot)
 
     def _emit_result(self, slot: CallSlot) -> None:
         sinks, result = self.executor.sinks, slot.result
@@ -621,6 +792,11 @@ class Batch:
                 "tool_name": call.name,
             }
             if kind == "progress":
+                for hook in executor.hooks:
+                    try:
+                        hook.on_progress(call, str(payload), executor.agent_path)
+                    except Exception:
+                        _log.exception("on_progress hook %r raised; ignored", hook)
                 emit_to(executor.sinks, CallProgress(message=str(payload), **common))
             else:
                 emit_to(executor.sinks, CallUpdate(partial=payload, **common))

@@ -53,6 +53,7 @@ class CallSlot:
         "grant",
         "index",
         "needs_approval",
+        "reason",
         "result",
         "routing",
         "state",
@@ -67,7 +68,8 @@ class CallSlot:
         self.arguments: dict[str, Any] = {}
         self.grant: Any = None
         self.routing = RoutingClass.SHORT_CIRCUIT
-        self.needs_approval = False
+        self.needs_approval: Any = None  # the ApprovalMode when a human must answer
+        self.reason = ""
 
     def advance(self, new: State) -> None:
         """Move to a non-final state, or raise ``InternalError``."""
