@@ -7,6 +7,7 @@ this package only re-exports the public names. Anything not listed in
 
 from __future__ import annotations
 
+from ._agent import AgentLoop, AgentResult, StopReason
 from ._approval import (
     ApprovalAnswer,
     ApprovalConfig,
@@ -44,6 +45,7 @@ from ._model import Message, Model, ModelResponse, Usage
 from ._plan import Batched, BatchPlan, ExecutionStrategy, Parallel, RunPlan, Sequential
 from ._policy import Allow, AllowAll, Ask, Decision, Deny, ExecutionGrant, ToolPolicy
 from ._registry import ToolRegistry
+from ._subagent import AgentTree, SubAgentTool, TreeLimits, TreeStatistics
 from ._tool import Tool, ToolContext, ToolFactory
 from ._types import (
     ContentBlock,
@@ -62,6 +64,9 @@ from ._types import (
 __version__ = "0.1.0"
 
 __all__ = [
+    "AgentLoop",
+    "AgentResult",
+    "AgentTree",
     "Allow",
     "AllowAll",
     "ApprovalAnswer",
@@ -119,6 +124,8 @@ __all__ = [
     "SideEffects",
     "Skip",
     "Steering",
+    "StopReason",
+    "SubAgentTool",
     "TerminalApprover",
     "TextContent",
     "Tool",
@@ -133,6 +140,8 @@ __all__ = [
     "ToolRegistry",
     "ToolResult",
     "ToolexecError",
+    "TreeLimits",
+    "TreeStatistics",
     "Usage",
     "function_tool",
 ]
