@@ -18,6 +18,15 @@ from ._approval import (
     FirstAnswer,
     TerminalApprover,
 )
+from ._builtins import (
+    EchoTool,
+    EditFileTool,
+    ListDirTool,
+    ReadFileTool,
+    SearchFilesTool,
+    WriteFileTool,
+    register_builtin_tools,
+)
 from ._errors import InternalError, RegistrationError, ToolError, ToolexecError
 from ._events import (
     ApprovalRequested,
@@ -45,6 +54,7 @@ from ._model import Message, Model, ModelResponse, Usage
 from ._plan import Batched, BatchPlan, ExecutionStrategy, Parallel, RunPlan, Sequential
 from ._policy import Allow, AllowAll, Ask, Decision, Deny, ExecutionGrant, ToolPolicy
 from ._registry import ToolRegistry
+from ._shell import ShellTool, classify_shell_command
 from ._subagent import AgentTree, SubAgentTool, TreeLimits, TreeStatistics
 from ._tool import Tool, ToolContext, ToolFactory
 from ._types import (
@@ -60,6 +70,7 @@ from ._types import (
     ToolOutput,
     ToolResult,
 )
+from ._workspace import DirEntry, Workspace, WorkspaceError
 
 __version__ = "0.1.0"
 
@@ -96,6 +107,9 @@ __all__ = [
     "ContentBlock",
     "Decision",
     "Deny",
+    "DirEntry",
+    "EchoTool",
+    "EditFileTool",
     "ErrorClass",
     "Event",
     "EventSink",
@@ -109,18 +123,22 @@ __all__ = [
     "InputInvalid",
     "InternalError",
     "JsonContent",
+    "ListDirTool",
     "Message",
     "Model",
     "ModelResponse",
     "Parallel",
     "PoolStatistics",
+    "ReadFileTool",
     "RegistrationError",
     "Rewrite",
     "RoutingClass",
     "RunFinished",
     "RunPlan",
     "RunStarted",
+    "SearchFilesTool",
     "Sequential",
+    "ShellTool",
     "SideEffects",
     "Skip",
     "Steering",
@@ -143,5 +161,10 @@ __all__ = [
     "TreeLimits",
     "TreeStatistics",
     "Usage",
+    "Workspace",
+    "WorkspaceError",
+    "WriteFileTool",
+    "classify_shell_command",
     "function_tool",
+    "register_builtin_tools",
 ]

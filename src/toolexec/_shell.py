@@ -1,0 +1,495 @@
+"""The ``shell`` tool: bash in the workspace, in its own process group.
+
+Theory of operation. The command runs as ``bash -c COMMAND`` with the
+workspace root as its working directory, stdin from ``/dev/null``, an
+environment built from an allow-list (never the parent's environment minus
+some secrets), and ``start_new_session=True`` so the shell and everything it
+starts share one process group. Two tasks pump stdout and stderr into
+bounded buffers that keep the first and last bytes and count the rest, so
+memory stays bounded whatever the command prints.
+
+When the shell exits, anything it left running in its group is terminated
+(that is what keeps a background child from holding the pipes open and
+hanging the call), the pipes get a short bounded drain, and the result is
+built. On timeout or cancellation the group gets SIGTERM, a grace period,
+then SIGKILL; this cleanup runs shielded, so it completes even while the
+call is being cancelled, and ``trio.Cancelled`` then propagates as usual.
+
+The per-call classifier (``classify_shell_command``) marks a command
+read-only only when a small scanner understands all of it: plain words
+and quotes, ``;``, ``&&``, ``||`` and ``|`` between commands from a fixed
+list of read-only programs, and none of their writing options. Anything
+else (expansions, redirections, subshells, unknown programs) keeps the
+declared ``EXECUTE``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import subprocess
+from typing import TYPE_CHECKING, Any
+
+import attrs
+import trio
+
+from ._errors import ToolError
+from ._types import ErrorClass, SideEffects, ToolDefinition, ToolOutput
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from ._tool import ToolContext
+    from ._workspace import Workspace
+
+__all__ = ["ShellTool", "classify_shell_command"]
+
+#: Variables copied from the host environment when present.
+DEFAULT_ENV_ALLOW = (
+    "HOME",
+    "LANG",
+    "LANGUAGE",
+    "LC_ALL",
+    "LC_CTYPE",
+    "LC_MESSAGES",
+    "LOGNAME",
+    "PATH",
+    "SHELL",
+    "TERM",
+    "TMPDIR",
+    "TZ",
+    "USER",
+)
+_DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
+_DRAIN_SECONDS = 2.0
+_READ_CHUNK = 1 << 16
+
+
+# -- output capture ---------------------------------------------------------
+
+
+@attrs.define(eq=False)
+class OutputCapture:
+    """Keep the first and last bytes of a stream, count the rest.
+
+    Memory is bounded by ``limit`` (half head, half tail) whatever the
+    stream's size.
+    """
+
+    limit: int
+    head: bytearray = attrs.Factory(bytearray)
+    tail: bytearray = attrs.Factory(bytearray)
+    total: int = 0
+    closed: trio.Event = attrs.Factory(trio.Event)
+
+    def add(self, chunk: bytes | bytearray) -> None:
+        """Take a chunk of output."""
+        self.total += len(chunk)
+        room = self.limit // 2 - len(self.head)
+        if room > 0:
+            self.head += chunk[:room]
+            chunk = chunk[room:]
+        if chunk:
+            self.tail += chunk
+            keep = self.limit - self.limit // 2
+            if len(self.tail) > keep:
+                del self.tail[: len(self.tail) - keep]
+
+    @property
+    def kept(self) -> int:
+        """How many bytes are held."""
+        return len(self.head) + len(self.tail)
+
+    @property
+    def truncated(self) -> bool:
+        """Whether bytes were dropped."""
+        return self.total > self.kept
+
+    def text(self) -> str:
+        """The kept bytes, decoded with replacement, marking any gap."""
+        if not self.truncated:
+            return (bytes(self.head) + bytes(self.tail)).decode("utf-8", "replace")
+        head = self.head.decode("utf-8", "replace")
+        tail = self.tail.decode("utf-8", "replace")
+        return f"{head}\n[... {self.total - self.kept} bytes omitted ...]\n{tail}"
+
+
+async def _pump(stream: trio.abc.ReceiveStream, capture: OutputCapture) -> None:
+    try:
+        while chunk := await stream.receive_some(_READ_CHUNK):
+            capture.add(chunk)
+    except (trio.ClosedResourceError, trio.BrokenResourceError):
+        pass
+    finally:
+        capture.closed.set()
+
+
+# -- process groups -----------------------------------------------------------
+
+
+def group_alive(pgid: int) -> bool:
+    """Whether a live (non-zombie) process is left in process group ``pgid``."""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return _live_member_in_proc(pgid)
+
+
+def _live_member_in_proc(pgid: int) -> bool:
+    try:
+        pids = [p for p in os.listdir("/proc") if p.isdigit()]
+    except OSError:
+        return True  # no /proc: trust killpg
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if len(fields) > 2 and int(fields[2]) == pgid and fields[0] != b"Z":
+            return True
+    return False
+
+
+def _signal_group(pgid: int, sig: signal.Signals) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, sig)
+
+
+async def terminate_group(process: trio.Process, grace: float) -> None:
+    """End every process in ``process``'s group: SIGTERM, up to ``grace`` s, SIGKILL.
+
+    The group leader is reaped as soon as it exits so that it does not
+    count as alive. SIGKILL is sent even if this is cancelled mid-wait.
+    """
+    pgid = process.pid
+    process.poll()
+    if not group_alive(pgid):
+        return
+    _signal_group(pgid, signal.SIGTERM)
+    try:
+        with trio.move_on_after(grace):
+            delay = 0.001
+            while True:
+                process.poll()
+                if not group_alive(pgid):
+                    return
+                await trio.sleep(delay)
+                delay = min(delay * 2, 0.05)
+    finally:
+        if group_alive(pgid):
+            _signal_group(pgid, signal.SIGKILL)
+
+
+async def _reap(process: trio.Process, grace: float) -> None:
+    """Terminate the group, reap the leader and close the pipes (shielded)."""
+    with trio.CancelScope(shield=True):
+        await terminate_group(process, grace)
+        with trio.move_on_after(5):
+            await process.wait()
+        for stream in (process.stdin, process.stdout, process.stderr):
+            if stream is not None:
+                await stream.aclose()
+
+
+# -- the tool ---------------------------------------------------------------
+
+
+def _allowed_env(allow: tuple[str, ...], extra: Mapping[str, str]) -> dict[str, str]:
+    env = {name: os.environ[name] for name in allow if name in os.environ}
+    env.setdefault("PATH", _DEFAULT_PATH)
+    env.update(extra)
+    return env
+
+
+def _describe_exit(code: int | None) -> str:
+    if code is None:
+        return "did not exit"
+    if code < 0:
+        try:
+            return f"killed by signal {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exit code {code}"
+
+
+@attrs.define(eq=False)
+class ShellTool:
+    """Run a bash command in the workspace (side effects: ``EXECUTE``).
+
+    Each call runs ``bash -c COMMAND`` in the workspace root, in a new
+    process group, with stdin from ``/dev/null`` and an environment built
+    only from ``env_allow`` (names copied from the host when set) plus
+    ``env``. Output is captured per stream with a cap (the first and last
+    ``max_output_bytes / 2`` bytes are kept). When the shell exits, its
+    leftover background processes are terminated; on timeout or
+    cancellation the whole group gets SIGTERM, the grace period, then
+    SIGKILL. A non-zero exit status makes an error result; a timeout makes a
+    ``timeout`` result carrying the partial output.
+
+    The process group is the boundary: a command that starts a new session
+    of its own (``setsid``) leaves it, and only a sandbox backend can hold
+    it. The shell is not confined to the workspace; it is ``EXECUTE``.
+
+    Args:
+        workspace: the working directory's owner.
+        default_timeout: seconds a command may run when the call names none.
+        max_timeout: the largest ``timeout`` a call may ask for.
+        max_output_bytes: bytes kept per stream.
+        env: variables set for every command (after the allow-list).
+        env_allow: host variables passed through when set.
+        shell: the shell binary (``bash`` from ``PATH`` by default, else ``sh``).
+    """
+
+    workspace: Workspace
+    default_timeout: float = 120.0
+    max_timeout: float = 600.0
+    max_output_bytes: int = 64 * 1024
+    env: Mapping[str, str] = attrs.field(factory=dict)
+    env_allow: tuple[str, ...] = DEFAULT_ENV_ALLOW
+    shell: str = attrs.field(factory=lambda: shutil.which("bash") or "/bin/sh")
+    definition: ToolDefinition = attrs.field(init=False)
+    _env: dict[str, str] = attrs.field(init=False, repr=False)
+
+    def __attrs_post_init__(self) -> None:
+        self._env = _allowed_env(self.env_allow, self.env)
+        safe_path = all(p.startswith("/") for p in self._env["PATH"].split(":"))
+        self.definition = ToolDefinition(
+            name="shell",
+            description=(
+                "Run a bash command in the workspace directory and return its exit code, "
+                "stdout and stderr (long output keeps its beginning and end). stdin is "
+                "empty; the environment is minimal; background processes are stopped "
+                "when the command exits. Use it for builds, tests and tools that have no "
+                "dedicated tool; prefer read_file/write_file/edit_file for files."
+            ),
+            input_schema={
+                "type": "object",
+                "properties": {
+                    "command": {
+                        "type": "string",
+                        "minLength": 1,
+                        "description": "The bash command line to run.",
+                    },
+                    "timeout": {
+                        "type": "number",
+                        "exclusiveMinimum": 0,
+                        "maximum": self.max_timeout,
+                        "description": (
+                            f"Seconds before the command is stopped (default "
+                            f"{self.default_timeout:g}, at most {self.max_timeout:g})."
+                        ),
+                    },
+                },
+                "required": ["command"],
+                "additionalProperties": False,
+            },
+            side_effects=SideEffects.EXECUTE,
+            timeout=self.max_timeout + 60,
+            classifier=_classify_arguments if safe_path else None,
+        )
+
+    def __call__(self) -> ShellTool:
+        """Act as its own factory: it keeps no per-call state."""
+        return self
+
+    async def execute(self, arguments: Mapping[str, Any], ctx: ToolContext) -> ToolOutput:
+        """Run the command; see the class docstring."""
+        command = str(arguments["command"])
+        limit = float(arguments.get("timeout", self.default_timeout))
+        start = trio.current_time()
+        try:
+            process = await trio.lowlevel.open_process(
+                [self.shell, "-c", command],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                cwd=str(self.workspace.root),
+                env=self._env,
+                start_new_session=True,
+            )
+        except OSError as exc:
+            raise ToolError(f"Could not start the shell {self.shell!r}: {exc}") from None
+        out = OutputCapture(self.max_output_bytes)
+        err = OutputCapture(self.max_output_bytes)
+        try:
+            timed_out = await self._supervise(process, out, err, limit, ctx.grace_period)
+        finally:
+            await _reap(process, ctx.grace_period)
+        duration = trio.current_time() - start
+        return self._result(command, process.returncode, out, err, duration, timed_out, limit)
+
+    async def _supervise(
+        self,
+        process: trio.Process,
+        out: OutputCapture,
+        err: OutputCapture,
+        limit: float,
+        grace: float,
+    ) -> bool:
+        assert process.stdout is not None
+        assert process.stderr is not None
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(_pump, process.stdout, out)
+            nursery.start_soon(_pump, process.stderr, err)
+            with trio.move_on_after(limit) as deadline:
+                await process.wait()
+            await terminate_group(process, grace)
+            with trio.move_on_after(_DRAIN_SECONDS):
+                await out.closed.wait()
+                await err.closed.wait()
+            nursery.cancel_scope.cancel()
+        return deadline.cancelled_caught
+
+    def _result(
+        self,
+        command: str,
+        code: int | None,
+        out: OutputCapture,
+        err: OutputCapture,
+        duration: float,
+        timed_out: bool,
+        limit: float,
+    ) -> ToolOutput:
+        truncated = out.truncated or err.truncated
+        status = (
+            f"timed out after {limit:g} s; the process group was terminated"
+            if timed_out
+            else _describe_exit(code)
+        )
+        lines = [
+            f"{status}; duration {duration:.3f} s; output truncated: {'yes' if truncated else 'no'}"
+        ]
+        for label, capture in (("stdout", out), ("stderr", err)):
+            if capture.total:
+                note = f" ({capture.total} bytes, kept {capture.kept})" if capture.truncated else ""
+                lines.append(f"{label}{note}:\n{capture.text().rstrip(chr(10))}")
+        if not out.total and not err.total:
+            lines.append("(no output)")
+        text = "\n".join(lines)
+        details = {
+            "command": command,
+            "exit_code": code,
+            "duration": duration,
+            "timed_out": timed_out,
+            "truncated": truncated,
+            "stdout_bytes": out.total,
+            "stderr_bytes": err.total,
+        }
+        if timed_out:
+            raise ToolError(text, error_class=ErrorClass.TIMEOUT)
+        return ToolOutput.text(text, is_error=code != 0, **details)
+
+
+# -- the read-only classifier --------------------------------------------------
+
+_READ_ONLY = frozenset(
+    {
+        "basename", "cat", "cmp", "cut", "df", "diff", "dirname", "du", "echo",
+        "egrep", "false", "fgrep", "file", "find", "grep", "head", "id", "ls",
+        "md5sum", "nl", "od", "printf", "pwd", "readlink", "realpath", "rg",
+        "sha1sum", "sha256sum", "sha512sum", "sort", "stat", "tail", "tr", "true",
+        "uname", "wc", "which", "whoami",
+    }
+)  # fmt: skip
+_FIND_WRITERS = frozenset(
+    {"-exec", "-execdir", "-ok", "-okdir", "-delete", "-fprint", "-fprint0", "-fprintf", "-fls"}
+)
+#: Programs with options that write or run programs: (long prefixes, short letters).
+_RISKY_OPTIONS: dict[str, tuple[tuple[str, ...], str]] = {
+    "sort": (("--output", "--compress-program"), "o"),
+    "rg": (("--pre",), ""),
+    "file": (("--compile",), "C"),
+}
+_UNSAFE_UNQUOTED = frozenset("$`\\<>(){}#!")
+_GLOB = frozenset("*?[")
+
+
+def _classify_arguments(arguments: Mapping[str, Any]) -> SideEffects:
+    return classify_shell_command(str(arguments.get("command", "")))
+
+
+def classify_shell_command(command: str) -> SideEffects:
+    """Return ``READ`` if ``command`` plainly only reads, else ``EXECUTE``.
+
+    Conservative: ``READ`` only when every part is understood, namely plain
+    words and quotes joined by ``;``, ``&&``, ``||`` or ``|``, each command
+    from a fixed read-only list (``ls``, ``cat``, ``grep``, ``find``, ...)
+    without options that write or run programs (``find -exec``,
+    ``sort -o``). Variables, command substitution, redirection, subshells,
+    background jobs and unknown programs all give ``EXECUTE``.
+    """
+    segments = _scan(command)
+    if not segments:
+        return SideEffects.EXECUTE
+    for words in segments:
+        if not words or not _read_only_command(words):
+            return SideEffects.EXECUTE
+    return SideEffects.READ
+
+
+def _read_only_command(words: list[tuple[str, bool]]) -> bool:
+    name = words[0][0]
+    if name not in _READ_ONLY or words[0][1]:
+        return False
+    args = words[1:]
+    if name == "find":
+        return not any(glob or text in _FIND_WRITERS for text, glob in args)
+    if name in _RISKY_OPTIONS:
+        prefixes, letters = _RISKY_OPTIONS[name]
+        for text, glob in args:
+            if glob or text.startswith(prefixes):
+                return False
+            if text.startswith("-") and not text.startswith("--") and set(text) & set(letters):
+                return False
+    return True
+
+
+def _scan(command: str) -> list[list[tuple[str, bool]]] | None:
+    """Split into commands of ``(word, has unquoted glob)``; ``None`` if not understood."""
+    if any((ord(c) < 32 and c != "\t") or c == "\x7f" for c in command):
+        return None
+    segments: list[list[tuple[str, bool]]] = [[]]
+    word: list[str] = []
+    started = glob = False
+    i, n = 0, len(command)
+    while i < n:
+        c = command[i]
+        if c in " \t;|&":
+            if started:
+                segments[-1].append(("".join(word), glob))
+                word, started, glob = [], False, False
+            if c in " \t":
+                i += 1
+                continue
+            op = command[i : i + 2] if command[i : i + 2] in ("&&", "||") else c
+            if op in ("&", "|&") or command[i : i + 2] == "|&":
+                return None
+            segments.append([])
+            i += len(op)
+            continue
+        if c in "'\"":
+            end = command.find(c, i + 1)
+            if end < 0:
+                return None
+            inner = command[i + 1 : end]
+            if c == '"' and any(ch in inner for ch in "$`\\!"):
+                return None
+            word.append(inner)
+            started = True
+            i = end + 1
+            continue
+        if c in _UNSAFE_UNQUOTED:
+            return None
+        glob = glob or c in _GLOB
+        word.append(c)
+        started = True
+        i += 1
+    if started:
+        segments[-1].append(("".join(word), glob))
+    return segments
