@@ -47,8 +47,11 @@ if TYPE_CHECKING:
 
 __all__ = [
     "FORMATS",
+    "AnthropicModel",
     "FormatError",
     "FormatName",
+    "OpenAIChatModel",
+    "OpenAIResponsesModel",
     "detect_format",
     "parse_calls",
     "parse_response",
@@ -478,3 +481,7 @@ def render_assistant(
         for c in calls
     ]
     return [{"role": "assistant", "content": blocks}]
+
+
+# The model adapters live beside the formats they speak (imported last: they use them).
+from ._adapters import AnthropicModel, OpenAIChatModel, OpenAIResponsesModel  # noqa: E402

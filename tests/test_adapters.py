@@ -1,0 +1,351 @@
+"""Model adapters drive an AgentLoop through the official SDK clients against a local stub.
+
+The stub is a real HTTP server on 127.0.0.1 speaking just enough of each
+provider's API: it answers turn one with tool calls and turn two with text,
+and records every request so the test can check what the SDK sent.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import attrs
+import pytest
+import trio
+from pydantic import TypeAdapter
+
+from toolexec import (
+    AgentLoop,
+    Message,
+    SideEffects,
+    TextContent,
+    ToolCall,
+    ToolExecutor,
+    ToolRegistry,
+    ToolResult,
+    function_tool,
+)
+from toolexec.formats import AnthropicModel, OpenAIChatModel, OpenAIResponsesModel
+
+openai = pytest.importorskip("openai")
+anthropic = pytest.importorskip("anthropic")
+
+
+@attrs.define
+class Stub:
+    """Scripted provider: POSTs get the next scripted JSON body, in order."""
+
+    replies: list[dict[str, Any]] = attrs.Factory(list)
+    requests: list[tuple[str, dict[str, str], dict[str, Any]]] = attrs.Factory(list)
+    port: int = 0
+
+
+@pytest.fixture
+def stub() -> Iterator[Stub]:
+    state = Stub()
+    lock = threading.Lock()
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            body = json.loads(self.rfile.read(int(self.headers["content-length"])))
+            with lock:
+                headers = {k.lower(): v for k, v in self.headers.items()}
+                state.requests.append((self.path, headers, body))
+                reply = state.replies.pop(0) if state.replies else None
+            payload = json.dumps(reply or {"error": {"message": "no reply scripted"}}).encode()
+            self.send_response(200 if reply else 500)
+            self.send_header("content-type", "application/json")
+            self.send_header("content-length", str(len(payload)))
+            self.end_headers()
+            self.wfile.write(payload)
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    state.port = server.server_address[1]
+    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
+    thread.start()
+    try:
+        yield state
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
+
+
+def make_executor() -> tuple[ToolExecutor, dict[str, str]]:
+    notes = {"todo": "buy milk"}
+
+    @function_tool(side_effects=SideEffects.READ)
+    def read_note(name: str) -> str:
+        """Read a note."""
+        return notes[name]
+
+    @function_tool(side_effects=SideEffects.WRITE)
+    def write_note(name: str, text: str) -> str:
+        """Write a note."""
+        notes[name] = text
+        return f"wrote {name}"
+
+    registry = ToolRegistry()
+    registry.register(read_note)
+    registry.register(write_note)
+    return ToolExecutor(registry), notes
+
+
+WRITE_ARGS = {"name": "todo", "text": "ship it"}
+READ_ARGS = {"name": "todo"}
+
+
+# -- per-provider scripts -------------------------------------------------------
+
+
+def chat_replies() -> list[dict[str, Any]]:
+    def completion(message: dict[str, Any], finish: str) -> dict[str, Any]:
+        return {
+            "id": "chatcmpl-1",
+            "object": "chat.completion",
+            "created": 1_760_000_000,
+            "model": "gpt-test",
+            "choices": [{"index": 0, "finish_reason": finish, "message": message}],
+            "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15},
+        }
+
+    calls = [("call_w", "write_note", WRITE_ARGS), ("call_r", "read_note", READ_ARGS)]
+    return [
+        completion(
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {
+                        "id": i,
+                        "type": "function",
+                        "function": {"name": n, "arguments": json.dumps(a)},
+                    }
+                    for i, n, a in calls
+                ],
+            },
+            "tool_calls",
+        ),
+        completion({"role": "assistant", "content": "The note says: ship it"}, "stop"),
+    ]
+
+
+def responses_replies() -> list[dict[str, Any]]:
+    def response(output: list[dict[str, Any]]) -> dict[str, Any]:
+        return {
+            "id": "resp_1",
+            "object": "response",
+            "created_at": 1_760_000_000,
+            "model": "gpt-test",
+            "status": "completed",
+            "parallel_tool_calls": True,
+            "tool_choice": "auto",
+            "tools": [],
+            "output": output,
+            "usage": {
+                "input_tokens": 10,
+                "output_tokens": 5,
+                "total_tokens": 15,
+                "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
+                "output_tokens_details": {"reasoning_tokens": 0},
+            },
+        }
+
+    calls = [("call_w", "write_note", WRITE_ARGS), ("call_r", "read_note", READ_ARGS)]
+    return [
+        response(
+            [
+                {
+                    "id": f"fc_{i}",
+                    "type": "function_call",
+                    "call_id": i,
+                    "name": n,
+                    "arguments": json.dumps(a),
+                    "status": "completed",
+                }
+                for i, n, a in calls
+            ]
+        ),
+        response(
+            [
+                {
+                    "id": "msg_1",
+                    "type": "message",
+                    "role": "assistant",
+                    "status": "completed",
+                    "content": [
+                        {"type": "output_text", "text": "The note says: ship it", "annotations": []}
+                    ],
+                }
+            ]
+        ),
+    ]
+
+
+def anthropic_replies() -> list[dict[str, Any]]:
+    def message(content: list[dict[str, Any]], stop: str) -> dict[str, Any]:
+        return {
+            "id": "msg_1",
+            "type": "message",
+            "role": "assistant",
+            "model": "claude-test",
+            "content": content,
+            "stop_reason": stop,
+            "stop_sequence": None,
+            "usage": {"input_tokens": 10, "output_tokens": 5},
+        }
+
+    return [
+        message(
+            [
+                {"type": "text", "text": "On it."},
+                {"type": "tool_use", "id": "call_w", "name": "write_note", "input": WRITE_ARGS},
+                {"type": "tool_use", "id": "call_r", "name": "read_note", "input": READ_ARGS},
+            ],
+            "tool_use",
+        ),
+        message([{"type": "text", "text": "The note says: ship it"}], "end_turn"),
+    ]
+
+
+def tool_results_sent(path: str, body: dict[str, Any]) -> list[tuple[str, Any]]:
+    """(call id, content) of the results in a second-turn request."""
+    if path.endswith("/chat/completions"):
+        return [(m["tool_call_id"], m["content"]) for m in body["messages"] if m["role"] == "tool"]
+    if path.endswith("/responses"):
+        return [
+            (i["call_id"], i["output"])
+            for i in body["input"]
+            if i.get("type") == "function_call_output"
+        ]
+    last = body["messages"][-1]
+    return [(b["tool_use_id"], b["content"][0]["text"]) for b in last["content"]]
+
+
+def request_type(path: str) -> Any:
+    if path.endswith("/chat/completions"):
+        from openai.types.chat import ChatCompletionMessageParam
+
+        return ("messages", list[ChatCompletionMessageParam])
+    if path.endswith("/responses"):
+        from openai.types.responses import ResponseInputParam
+
+        return ("input", ResponseInputParam)
+    from anthropic.types import MessageParam
+
+    return ("messages", list[MessageParam])
+
+
+Setup = Callable[[int], tuple[Any, Any]]
+
+PROVIDERS: dict[str, tuple[Callable[[], list[dict[str, Any]]], Setup, str]] = {
+    "openai-chat": (
+        chat_replies,
+        lambda port: (
+            client := openai.AsyncOpenAI(
+                base_url=f"http://127.0.0.1:{port}/v1", api_key="sk-test", max_retries=0
+            ),
+            OpenAIChatModel("gpt-test", client),
+        ),
+        "/v1/chat/completions",
+    ),
+    "openai-responses": (
+        responses_replies,
+        lambda port: (
+            client := openai.AsyncOpenAI(
+                base_url=f"http://127.0.0.1:{port}/v1", api_key="sk-test", max_retries=0
+            ),
+            OpenAIResponsesModel("gpt-test", client),
+        ),
+        "/v1/responses",
+    ),
+    "anthropic": (
+        anthropic_replies,
+        lambda port: (
+            client := anthropic.AsyncAnthropic(
+                base_url=f"http://127.0.0.1:{port}", api_key="sk-ant-test", max_retries=0
+            ),
+            AnthropicModel("claude-test", client, {"max_tokens": 512}),
+        ),
+        "/v1/messages",
+    ),
+}
+
+
+@pytest.mark.parametrize("provider", list(PROVIDERS))
+async def test_agent_loop_completes_two_turns_through_the_sdk(stub: Stub, provider: str) -> None:
+    replies, setup, endpoint = PROVIDERS[provider]
+    stub.replies = replies()
+    client, model = setup(stub.port)
+    executor, notes = make_executor()
+    try:
+        result = await AgentLoop(model, executor, system_prompt="Be brief.").run(
+            "Set my todo note to 'ship it' and read it back."
+        )
+    finally:
+        await client.close()
+
+    assert result.finished
+    assert result.text == "The note says: ship it"
+    assert (result.turns, result.tool_calls) == (2, 2)
+    assert (result.usage.input_tokens, result.usage.output_tokens) == (20, 10)
+    assert notes["todo"] == "ship it"
+
+    assert [path for path, _, _ in stub.requests] == [endpoint, endpoint]
+    (_, headers, first), (path, _, second) = stub.requests
+    credentials = headers.get("authorization", "") + headers.get("x-api-key", "")
+    assert "sk-test" in credentials or "sk-ant-test" in credentials
+    assert sorted(t.get("name") or t["function"]["name"] for t in first["tools"]) == [
+        "read_note",
+        "write_note",
+    ]
+    assert tool_results_sent(path, second) == [("call_w", "wrote todo"), ("call_r", "ship it")]
+    key, param_type = request_type(path)
+    adapter = TypeAdapter(param_type)
+    validated = adapter.validate_python(second[key])
+    assert len(list(validated)) == len(second[key])
+
+
+async def test_anthropic_system_and_steering_turns_are_merged() -> None:
+    from toolexec._adapters import _anthropic_conversation
+
+    result = ToolResult("t1", "read_note", (TextContent("ok"),))
+    system, turns = _anthropic_conversation(
+        [
+            Message("system", "Be brief."),
+            Message("user", "go"),
+            Message("assistant", "", (ToolCall("t1", "read_note", {"name": "a"}),)),
+            Message("tool", tool_results=(result,)),
+            Message("user", "actually, stop"),
+            Message("assistant", ""),
+        ]
+    )
+    assert system == "Be brief."
+    assert [t["role"] for t in turns] == ["user", "assistant", "user"]
+    assert [b["type"] for b in turns[2]["content"]] == ["tool_result", "text"]
+
+
+async def test_adapter_runs_under_trio_and_closes_its_own_client(
+    stub: Stub, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-env")
+    monkeypatch.setenv("OPENAI_BASE_URL", f"http://127.0.0.1:{stub.port}/v1")
+    stub.replies = chat_replies()[1:]
+    model = OpenAIChatModel("gpt-test", options={"temperature": 0})
+    response = await model.respond([Message("user", "hi")], [])
+    assert response.text == "The note says: ship it"
+    assert model.client is not None
+    await model.aclose()
+    assert model.client is None
+    _, headers, body = stub.requests[0]
+    assert headers["authorization"] == "Bearer sk-env"
+    assert body["temperature"] == 0
+    assert "tools" not in body
+    assert trio.lowlevel.current_trio_token() is not None
