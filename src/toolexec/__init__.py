@@ -18,6 +18,7 @@ from ._approval import (
     FirstAnswer,
     TerminalApprover,
 )
+from ._audit import JsonlAuditSink
 from ._builtins import (
     EchoTool,
     EditFileTool,
@@ -54,6 +55,20 @@ from ._model import Message, Model, ModelResponse, Usage
 from ._plan import Batched, BatchPlan, ExecutionStrategy, Parallel, RunPlan, Sequential
 from ._policy import Allow, AllowAll, Ask, Decision, Deny, ExecutionGrant, ToolPolicy
 from ._registry import ToolRegistry
+from ._rules import (
+    Capabilities,
+    CapabilityPolicy,
+    CommandPrefix,
+    ComposedPolicy,
+    Equals,
+    Matcher,
+    PathGlob,
+    PathGrant,
+    Prefix,
+    Regex,
+    Rule,
+    RulePolicy,
+)
 from ._shell import ShellTool, classify_shell_command
 from ._subagent import AgentTree, SubAgentTool, TreeLimits, TreeStatistics
 from ._tool import Tool, ToolContext, ToolFactory
@@ -102,7 +117,11 @@ __all__ = [
     "CallStarted",
     "CallUpdate",
     "CallbackSink",
+    "Capabilities",
+    "CapabilityPolicy",
     "ChannelSink",
+    "CommandPrefix",
+    "ComposedPolicy",
     "ConcurrencyConfig",
     "ContentBlock",
     "Decision",
@@ -110,6 +129,7 @@ __all__ = [
     "DirEntry",
     "EchoTool",
     "EditFileTool",
+    "Equals",
     "ErrorClass",
     "Event",
     "EventSink",
@@ -123,16 +143,24 @@ __all__ = [
     "InputInvalid",
     "InternalError",
     "JsonContent",
+    "JsonlAuditSink",
     "ListDirTool",
+    "Matcher",
     "Message",
     "Model",
     "ModelResponse",
     "Parallel",
+    "PathGlob",
+    "PathGrant",
     "PoolStatistics",
+    "Prefix",
     "ReadFileTool",
+    "Regex",
     "RegistrationError",
     "Rewrite",
     "RoutingClass",
+    "Rule",
+    "RulePolicy",
     "RunFinished",
     "RunPlan",
     "RunStarted",

@@ -1,0 +1,416 @@
+"""Policies built in: rules by tool name and arguments, capabilities, composition.
+
+``RulePolicy``: an ordered list of rules; the **first rule that matches**
+decides (like a firewall), otherwise the default. A rule matches when its
+tool pattern matches the tool name and every argument matcher matches the
+named argument (a missing argument never matches).
+
+``CapabilityPolicy``: per agent, which tools and which workspace paths in
+which mode; a tool declares its path arguments (``ToolDefinition.
+path_arguments``) and the policy checks them before the call runs. An agent
+without its own entry gets its nearest ancestor's, so a child never has more
+than its parent.
+
+``ComposedPolicy``: every policy is asked; any deny wins, then any ask,
+otherwise allow with the tightest limits of the grants.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import posixpath
+import re
+import shlex
+import tomllib
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal, Protocol
+
+import attrs
+
+from ._policy import ALLOW, Allow, Ask, Decision, Deny, ExecutionGrant, ToolPolicy
+
+if TYPE_CHECKING:
+    from ._types import ToolDefinition
+
+__all__ = [
+    "Capabilities",
+    "CapabilityPolicy",
+    "CommandPrefix",
+    "ComposedPolicy",
+    "Equals",
+    "Matcher",
+    "PathGlob",
+    "PathGrant",
+    "Prefix",
+    "Regex",
+    "Rule",
+    "RulePolicy",
+]
+
+
+class Matcher(Protocol):
+    """Matches one argument value."""
+
+    def matches(self, value: Any) -> bool:
+        """Whether the value matches."""
+        ...
+
+
+@functools.lru_cache(maxsize=1024)
+def _glob_regex(pattern: str) -> re.Pattern[str]:
+    out = []
+    i = 0
+    while i < len(pattern):
+        if pattern.startswith("**", i):
+            out.append(".*")
+            i += 2
+        elif pattern[i] == "*":
+            out.append("[^/]*")
+            i += 1
+        elif pattern[i] == "?":
+            out.append("[^/]")
+            i += 1
+        else:
+            out.append(re.escape(pattern[i]))
+            i += 1
+    return re.compile("".join(out))
+
+
+def normalize_path(value: str) -> str:
+    """Normalize a workspace-relative path (``a/./b/../c`` -> ``a/c``)."""
+    return posixpath.normpath(value.replace("\\", "/")) if value else "."
+
+
+@attrs.frozen
+class PathGlob:
+    """A workspace path matching a glob: ``*`` within a component, ``**`` across."""
+
+    pattern: str
+    _regex: re.Pattern[str] = attrs.field(init=False, repr=False, eq=False)
+
+    def __attrs_post_init__(self) -> None:
+        object.__setattr__(self, "_regex", _glob_regex(self.pattern))
+
+    def matches(self, value: Any) -> bool:
+        """Whether the normalized path matches."""
+        return isinstance(value, str) and bool(self._regex.fullmatch(normalize_path(value)))
+
+
+@attrs.frozen
+class Prefix:
+    """A string starting with ``prefix`` (textual: see ``CommandPrefix`` for commands)."""
+
+    prefix: str
+
+    def matches(self, value: Any) -> bool:
+        """Whether the value is a string with this prefix."""
+        return isinstance(value, str) and value.startswith(self.prefix)
+
+
+_SHELL_META = re.compile(r"[;&|`$<>(){}\n\\]")
+
+
+@attrs.frozen
+class CommandPrefix:
+    """A simple shell command whose first words are ``words``.
+
+    Safer than ``Prefix`` for allow rules: ``git status; rm -rf x`` does not
+    match ``CommandPrefix("git status")``, because any command containing
+    shell operators, substitutions or redirections never matches.
+    """
+
+    words: str
+
+    def matches(self, value: Any) -> bool:
+        """Whether the value is an operator-free command starting with the words."""
+        if not isinstance(value, str) or _SHELL_META.search(value):
+            return False
+        try:
+            parts = shlex.split(value)
+        except ValueError:
+            return False
+        want = shlex.split(self.words)
+        return parts[: len(want)] == want
+
+
+@attrs.frozen
+class Regex:
+    """A string that fully matches a regular expression."""
+
+    pattern: str
+    _regex: re.Pattern[str] = attrs.field(init=False, repr=False, eq=False)
+
+    def __attrs_post_init__(self) -> None:
+        object.__setattr__(self, "_regex", re.compile(self.pattern))
+
+    def matches(self, value: Any) -> bool:
+        """Whether the value is a string fully matching the pattern."""
+        return isinstance(value, str) and bool(self._regex.fullmatch(value))
+
+
+@attrs.frozen
+class Equals:
+    """An argument equal to ``value``."""
+
+    value: Any
+
+    def matches(self, value: Any) -> bool:
+        """Whether the values are equal."""
+        return bool(value == self.value)
+
+
+Action = Literal["allow", "deny", "ask"]
+_ACTIONS = ("allow", "deny", "ask")
+
+
+def _action(_inst: object, _attr: object, value: str) -> None:
+    if value not in _ACTIONS:
+        raise ValueError(f"rule action must be one of {_ACTIONS}, got {value!r}")
+
+
+@attrs.frozen
+class Rule:
+    """``action`` for calls of tools matching ``tool`` whose arguments match ``args``."""
+
+    action: Action = attrs.field(validator=_action)
+    tool: str = "*"
+    args: Mapping[str, Matcher] = attrs.field(factory=dict)
+    reason: str = ""
+    _exact: bool = attrs.field(init=False, repr=False, eq=False)
+    _tool_regex: re.Pattern[str] = attrs.field(init=False, repr=False, eq=False)
+
+    def __attrs_post_init__(self) -> None:
+        object.__setattr__(self, "_exact", not any(c in self.tool for c in "*?["))
+        object.__setattr__(self, "_tool_regex", _glob_regex(self.tool.replace("*", "**")))
+
+    def matches(self, tool: str, arguments: Mapping[str, Any]) -> bool:
+        """Whether this rule applies to the call."""
+        if self._exact:
+            if tool != self.tool:
+                return False
+        elif not self._tool_regex.fullmatch(tool):
+            return False
+        for name, matcher in self.args.items():
+            if name not in arguments or not matcher.matches(arguments[name]):
+                return False
+        return True
+
+    def decision(self) -> Decision:
+        """The decision this rule gives."""
+        if self.action == "deny":
+            return Deny(self.reason or f"the rule for '{self.tool}' denies it")
+        if self.action == "ask":
+            return Ask(self.reason)
+        return ALLOW
+
+
+_MATCHERS: dict[str, type] = {
+    "glob": PathGlob,
+    "prefix": Prefix,
+    "command_prefix": CommandPrefix,
+    "regex": Regex,
+    "equals": Equals,
+}
+
+
+def _matcher_from(spec: Any, where: str) -> Matcher:
+    if not isinstance(spec, Mapping) or len(spec) != 1 or next(iter(spec)) not in _MATCHERS:
+        raise ValueError(
+            f"{where}: an argument matcher is an object with exactly one of the keys "
+            f"{sorted(_MATCHERS)}, got {spec!r}"
+        )
+    kind, value = next(iter(spec.items()))
+    matcher: Matcher = _MATCHERS[kind](value)
+    return matcher
+
+
+def _rule_tuple(rules: Sequence[Rule]) -> tuple[Rule, ...]:
+    return tuple(rules)
+
+
+def _policy_tuple(policies: Sequence[ToolPolicy]) -> tuple[ToolPolicy, ...]:
+    return tuple(policies)
+
+
+@attrs.frozen
+class RulePolicy:
+    """Allow, deny or ask by tool name pattern and argument matchers; first match wins.
+
+    Example::
+
+        RulePolicy([
+            Rule("deny", "write_file", {"path": PathGlob(".git/**")}, "never touch .git"),
+            Rule("allow", "shell", {"command": CommandPrefix("git status")}),
+            Rule("ask", "shell"),
+        ])
+    """
+
+    rules: Sequence[Rule] = attrs.field(converter=_rule_tuple)
+    default: Action = attrs.field(default="allow", validator=_action)
+
+    def decide(
+        self, definition: ToolDefinition, arguments: Mapping[str, Any], agent_path: str
+    ) -> Decision:
+        """The decision of the first matching rule, else the default."""
+        name = definition.name
+        for rule in self.rules:
+            if rule.matches(name, arguments):
+                return rule.decision()
+        if self.default == "allow":
+            return ALLOW
+        return Deny("no rule allows it") if self.default == "deny" else Ask("no rule matched")
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> RulePolicy:
+        """Build from ``{"default": ..., "rules": [{"action", "tool", "args", "reason"}]}``.
+
+        Raises:
+            ValueError: naming the rule and field that is wrong.
+        """
+        rules = []
+        for i, raw in enumerate(data.get("rules", [])):
+            where = f"rules[{i}]"
+            if not isinstance(raw, Mapping) or "action" not in raw:
+                raise ValueError(f"{where}: a rule is an object with at least an 'action'")
+            unknown = set(raw) - {"action", "tool", "args", "reason"}
+            if unknown:
+                raise ValueError(f"{where}: unknown keys {sorted(unknown)}")
+            args = {
+                k: _matcher_from(v, f"{where}.args.{k}") for k, v in raw.get("args", {}).items()
+            }
+            try:
+                rules.append(Rule(raw["action"], raw.get("tool", "*"), args, raw.get("reason", "")))
+            except ValueError as exc:
+                raise ValueError(f"{where}: {exc}") from None
+        return cls(rules, data.get("default", "allow"))
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> RulePolicy:
+        """Load a policy from a ``.json`` or ``.toml`` file."""
+        path = Path(path)
+        text = path.read_text(encoding="utf-8")
+        data = tomllib.loads(text) if path.suffix == ".toml" else json.loads(text)
+        return cls.from_dict(data)
+
+
+def _mode(_inst: object, _attr: object, value: str) -> None:
+    if value not in ("r", "rw"):
+        raise ValueError(f"path grant mode must be 'r' or 'rw', got {value!r}")
+
+
+@attrs.frozen
+class PathGrant:
+    """Access to a workspace directory or file (and everything below it)."""
+
+    path: str = attrs.field(converter=normalize_path)
+    mode: Literal["r", "rw"] = attrs.field(default="r", validator=_mode)
+
+    def covers(self, path: str, mode: str) -> bool:
+        """Whether this grant allows ``mode`` ("r" or "w") on ``path``."""
+        if mode != "r" and self.mode != "rw":
+            return False
+        return self.path == "." or path == self.path or path.startswith(self.path + "/")
+
+
+@attrs.frozen
+class Capabilities:
+    """What one agent may use: tool name patterns and path grants."""
+
+    tools: Sequence[str] = attrs.field(default=("*",), converter=tuple)
+    paths: Sequence[PathGrant] = attrs.field(default=(), converter=tuple)
+
+
+_INSTANCE = re.compile(r"#\d+(?=/|$)")
+
+
+@attrs.frozen
+class CapabilityPolicy:
+    """Per-agent tool and filesystem grants, checked before a call runs.
+
+    ``agents`` maps agent paths (``root``, ``root/researcher``) to their
+    capabilities; instance suffixes (``#2``) are ignored when looking up, and
+    an agent without an entry gets its nearest ancestor's. No entry at all
+    means nothing is granted.
+    """
+
+    agents: Mapping[str, Capabilities]
+
+    def capabilities(self, agent_path: str) -> Capabilities | None:
+        """The capabilities that apply to an agent path."""
+        path = _INSTANCE.sub("", agent_path)
+        while True:
+            if path in self.agents:
+                return self.agents[path]
+            if "/" not in path:
+                return None
+            path = path.rsplit("/", 1)[0]
+
+    def decide(
+        self, definition: ToolDefinition, arguments: Mapping[str, Any], agent_path: str
+    ) -> Decision:
+        """Deny unless the tool and every declared path argument are granted."""
+        caps = self.capabilities(agent_path)
+        if caps is None:
+            return Deny(f"agent '{agent_path}' has no capabilities granted")
+        name = definition.name
+        if not any(_glob_regex(p.replace("*", "**")).fullmatch(name) for p in caps.tools):
+            granted = ", ".join(caps.tools) or "none"
+            return Deny(f"agent '{agent_path}' is not granted tool '{name}' (granted: {granted})")
+        for arg, mode in definition.path_arguments.items():
+            value = arguments.get(arg)
+            if not isinstance(value, str):
+                continue
+            path = normalize_path(value)
+            if path.startswith("/") or path == ".." or path.startswith("../"):
+                return Deny(f"path '{value}' is outside the workspace")
+            need = "r" if mode == "r" else "w"
+            if not any(g.covers(path, need) for g in caps.paths):
+                verb = "read" if need == "r" else "write"
+                allowed = ", ".join(g.path for g in caps.paths if need == "r" or g.mode == "rw")
+                return Deny(
+                    f"agent '{agent_path}' may not {verb} '{value}' "
+                    f"(it may {verb}: {allowed or 'nothing'})"
+                )
+        return ALLOW
+
+
+def _tighter(a: float | None, b: float | None) -> float | None:
+    if a is None:
+        return b
+    return a if b is None else min(a, b)
+
+
+@attrs.frozen
+class ComposedPolicy:
+    """Several policies at once: any deny wins, then any ask, else allow.
+
+    The grant of an allowed call takes the tightest timeout and output cap
+    of the grants, and the first non-host backend.
+    """
+
+    policies: Sequence[ToolPolicy] = attrs.field(converter=_policy_tuple)
+
+    def decide(
+        self, definition: ToolDefinition, arguments: Mapping[str, Any], agent_path: str
+    ) -> Decision:
+        """Ask every policy; combine as described."""
+        decisions = [p.decide(definition, arguments, agent_path) for p in self.policies]
+        for d in decisions:
+            if isinstance(d, Deny):
+                return d
+        grant = ExecutionGrant()
+        for d in decisions:
+            assert not isinstance(d, Deny)
+            g = d.grant
+            grant = ExecutionGrant(
+                grant.backend if grant.backend != "host" else g.backend,
+                _tighter(grant.timeout, g.timeout),
+                _tighter(grant.max_output_chars, g.max_output_chars),  # type: ignore[arg-type]
+                {**g.limits, **grant.limits},
+            )
+        asks = [d for d in decisions if isinstance(d, Ask)]
+        if asks:
+            return Ask("; ".join(a.reason for a in asks if a.reason), grant)
+        return Allow(grant)

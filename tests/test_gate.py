@@ -1,0 +1,468 @@
+"""The gate every call passes: policy, approval, hooks, audit."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from typing import TYPE_CHECKING, Any
+
+import pytest
+import trio
+import trio.testing
+
+from conftest import KVTool, Recorder
+from toolexec import (
+    ApprovalAnswer,
+    ApprovalConfig,
+    ApprovalMode,
+    ApprovalRequest,
+    AutoApprover,
+    CallbackSink,
+    CallFailed,
+    CallHook,
+    Capabilities,
+    CapabilityPolicy,
+    ComposedPolicy,
+    ErrorClass,
+    Event,
+    FirstAnswer,
+    JsonlAuditSink,
+    PathGlob,
+    PathGrant,
+    Rewrite,
+    Rule,
+    RulePolicy,
+    SideEffects,
+    Skip,
+    ToolCall,
+    ToolContext,
+    ToolDefinition,
+    ToolExecutor,
+    ToolOutput,
+    ToolRegistry,
+)
+from toolexec._approval import display_text
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+    from pathlib import Path
+
+
+class FileTool:
+    """A tool declaring a path argument (nothing is touched on disk)."""
+
+    def __init__(self, name: str, mode: str, seen: list[dict[str, Any]]) -> None:
+        self.seen = seen
+        self.definition = ToolDefinition(
+            name=name,
+            description="touch a path",
+            input_schema={
+                "type": "object",
+                "properties": {"path": {"type": "string"}, "text": {"type": "string"}},
+                "required": ["path"],
+            },
+            side_effects=SideEffects.READ if mode == "r" else SideEffects.WRITE,
+            path_arguments={"path": mode},
+        )
+
+    async def execute(self, arguments: Mapping[str, Any], ctx: ToolContext) -> ToolOutput:
+        self.seen.append(dict(arguments))
+        return ToolOutput.text(f"done {arguments['path']}")
+
+
+@pytest.fixture
+def seen() -> list[dict[str, Any]]:
+    return []
+
+
+@pytest.fixture
+def registry(seen: list[dict[str, Any]]) -> ToolRegistry:
+    registry = ToolRegistry()
+    registry.register(lambda: FileTool("read_file", "r", seen))
+    registry.register(lambda: FileTool("write_file", "w", seen))
+    return registry
+
+
+def write(cid: str, path: str = "notes/a.md", **kw: Any) -> ToolCall:
+    return ToolCall(cid, "write_file", {"path": path, "text": "x", **kw})
+
+
+class Scripted:
+    """An approver answering from a function, recording what it was shown."""
+
+    def __init__(self, answer: Any = True, delay: float = 0.0, by: str = "ann") -> None:
+        self.answer, self.delay, self.by = answer, delay, by
+        self.requests: list[ApprovalRequest] = []
+        self.told: list[ApprovalAnswer] = []
+
+    async def request(self, request: ApprovalRequest) -> ApprovalAnswer:
+        self.requests.append(request)
+        await trio.sleep(self.delay)
+        answer = self.answer(request) if callable(self.answer) else self.answer
+        return ApprovalAnswer(answer, self.by, "" if answer else "not now")
+
+    def resolved(self, request: ApprovalRequest, answer: ApprovalAnswer) -> None:
+        self.told.append(answer)
+
+
+def failures(events: list[Event]) -> list[tuple[str, ErrorClass]]:
+    return [(e.call_id, e.error_class) for e in events if isinstance(e, CallFailed)]
+
+
+async def test_denied_by_rule_policy_with_reason_and_event(registry: ToolRegistry, seen: list):
+    events: list[Event] = []
+    policy = RulePolicy(
+        [Rule("deny", "write_file", {"path": PathGlob(".git/**")}, "never touch .git")]
+    )
+    executor = ToolExecutor(registry, policy=policy, sinks=[CallbackSink(events.append)])
+    outcome = await executor.execute_batch([write("w1", ".git/config"), write("w2")])
+    assert outcome.results[0].error_class is ErrorClass.PERMISSION_DENIED
+    assert outcome.results[0].text == ("Permission denied for tool 'write_file': never touch .git")
+    assert not outcome.results[1].is_error
+    assert seen == [{"path": "notes/a.md", "text": "x"}]
+    assert failures(events) == [("w1", ErrorClass.PERMISSION_DENIED)]
+
+
+def test_rule_policy_first_match_wins_and_file_errors_name_the_field(tmp_path: Path):
+    policy = RulePolicy.from_dict(
+        {
+            "default": "deny",
+            "rules": [
+                {
+                    "action": "allow",
+                    "tool": "shell",
+                    "args": {"command": {"command_prefix": "git status"}},
+                },
+                {"action": "ask", "tool": "shell"},
+            ],
+        }
+    )
+    shell = ToolDefinition(name="shell", description="d")
+    other = ToolDefinition(name="other", description="d")
+    assert type(policy.decide(shell, {"command": "git status -s"}, "root")).__name__ == "Allow"
+    assert type(policy.decide(shell, {"command": "git status; rm -rf /"}, "root")).__name__ == "Ask"
+    assert type(policy.decide(other, {}, "root")).__name__ == "Deny"
+    bad = tmp_path / "policy.json"
+    bad.write_text(json.dumps({"rules": [{"action": "allow", "args": {"p": {"fuzzy": 1}}}]}))
+    with pytest.raises(ValueError, match=r"rules\[0\]\.args\.p"):
+        RulePolicy.from_file(bad)
+    with pytest.raises(ValueError, match="rule action must be one of"):
+        RulePolicy.from_dict({"rules": [{"action": "maybe"}]})
+
+
+async def test_denied_by_user(registry: ToolRegistry, seen: list):
+    executor = ToolExecutor(registry, approver=Scripted(False))
+    outcome = await executor.execute_batch([write("w")])
+    assert outcome.results[0].error_class is ErrorClass.USER_DENIED
+    assert outcome.results[0].text == "The user denied this call of 'write_file': not now"
+    assert seen == []
+
+
+async def test_reads_are_auto_and_writes_prompt_by_default(registry: ToolRegistry):
+    approver = Scripted(True)
+    executor = ToolExecutor(registry, approver=approver)
+    outcome = await executor.execute_batch([ToolCall("r", "read_file", {"path": "a"}), write("w")])
+    assert not any(r.is_error for r in outcome.results)
+    assert [r.call_id for r in approver.requests] == ["w"]
+
+
+async def test_confirmation_timeout(registry: ToolRegistry, autojump_clock: object, seen: list):
+    executor = ToolExecutor(
+        registry, approver=Scripted(True, delay=1e6), approval=ApprovalConfig(timeout=30)
+    )
+    outcome = await executor.execute_batch([write("w")])
+    assert outcome.results[0].error_class is ErrorClass.CONFIRMATION_TIMEOUT
+    assert "within 30s" in outcome.results[0].text
+    assert seen == []
+
+
+async def test_prompt_once_is_remembered_for_the_session_only(registry: ToolRegistry):
+    approver = Scripted(True)
+    config = ApprovalConfig(modes={SideEffects.WRITE: ApprovalMode.PROMPT_ONCE})
+    session = ToolExecutor(registry, approver=approver, approval=config)
+    await session.execute_batch([write("a")])
+    await session.execute_batch([write("b"), write("c")])
+    await session.fork_for_subagent("helper").execute_batch([write("d")])
+    assert [r.call_id for r in approver.requests] == ["a"]
+    other_session = ToolExecutor(registry, approver=approver, approval=config)
+    await other_session.execute_batch([write("e")])
+    assert [r.call_id for r in approver.requests] == ["a", "e"]
+
+
+async def test_prompt_once_remembers_a_no_too(registry: ToolRegistry):
+    approver = Scripted(False)
+    config = ApprovalConfig(per_tool={"write_file": "prompt_once"})
+    session = ToolExecutor(registry, approver=approver, approval=config)
+    outcome = await session.execute_batch([write("a"), write("b")])
+    assert [r.error_class for r in outcome.results] == [ErrorClass.USER_DENIED] * 2
+    assert "for the rest of this session" in outcome.results[1].text
+    assert len(approver.requests) == 1
+
+
+async def test_deny_mode_short_circuits(registry: ToolRegistry):
+    executor = ToolExecutor(
+        registry,
+        approver=AutoApprover(),
+        approval=ApprovalConfig(modes={SideEffects.WRITE: ApprovalMode.DENY}),
+    )
+    batch = executor.prepare([write("w")])
+    assert batch.plan.short_circuited == (0,)
+    outcome = await batch.run()
+    assert outcome.results[0].error_class is ErrorClass.PERMISSION_DENIED
+    assert "confirmation policy denies tools with side effects 'write'" in outcome.results[0].text
+
+
+async def test_trusted_workspace_lowers_the_bar(registry: ToolRegistry):
+    approver = Scripted(True)
+    config = ApprovalConfig(
+        trusted_workspaces=["/srv/proj"], trusted_modes={SideEffects.WRITE: ApprovalMode.AUTO}
+    )
+    trusted = ToolExecutor(registry, approver=approver, approval=config, workspace="/srv/proj")
+    untrusted = ToolExecutor(registry, approver=approver, approval=config, workspace="/tmp/x")
+    await trusted.execute_batch([write("t")])
+    await untrusted.execute_batch([write("u")])
+    assert [r.call_id for r in approver.requests] == ["u"]
+
+
+async def test_first_answer_wins_and_the_others_are_told(
+    registry: ToolRegistry, autojump_clock: object
+):
+    fast, slow = Scripted(False, delay=1.0, by="phone"), Scripted(True, delay=5.0, by="laptop")
+    executor = ToolExecutor(registry, approver=FirstAnswer([slow, fast]))
+    outcome = await executor.execute_batch([write("w")])
+    assert outcome.results[0].error_class is ErrorClass.USER_DENIED
+    assert slow.told == [ApprovalAnswer(False, "phone", "not now")]
+    assert fast.told == []
+    assert trio.current_time() == pytest.approx(1.0)  # the slow responder was cancelled
+
+
+async def test_approval_is_bound_to_the_arguments_shown(registry: ToolRegistry, seen: list):
+    arguments = {"path": "notes/a.md", "text": "harmless"}
+
+    def approve_then_tamper(request: ApprovalRequest) -> bool:
+        arguments["path"] = "../../etc/passwd"  # the caller's dict changes while waiting
+        return True
+
+    approver = Scripted(approve_then_tamper)
+    await ToolExecutor(registry, approver=approver).execute_batch(
+        [ToolCall("w", "write_file", arguments)]
+    )
+    assert approver.requests[0].arguments == '{"path":"notes/a.md","text":"harmless"}'
+    assert seen == [{"path": "notes/a.md", "text": "harmless"}]
+
+
+def test_what_a_human_is_shown_escapes_control_and_bidi_characters():
+    request = ApprovalRequest(
+        "c",
+        "write_file",
+        "root",
+        SideEffects.WRITE,
+        '{"path":"invoice\u202egpj.exe","text":"a\\nb\x1b[2J"}',
+    )
+    summary = request.summary
+    assert "\u202e" not in summary
+    assert "\x1b" not in summary
+    assert "\\u202e" in summary
+    assert "\\u001b" in summary
+    assert display_text("plain") == "plain"
+
+
+class Rewriter(CallHook):
+    def __init__(self, arguments: dict[str, Any]) -> None:
+        self.arguments = arguments
+        self.after: list[str] = []
+
+    def before_call(self, call, arguments, agent_path):  # type: ignore[no-untyped-def]
+        return Rewrite(self.arguments) if call.name == "write_file" else None
+
+    def after_call(self, call, result, agent_path):  # type: ignore[no-untyped-def]
+        self.after.append(call.id)
+
+
+async def test_rewritten_arguments_are_validated_and_policy_checked_again(
+    registry: ToolRegistry, seen: list
+):
+    invalid = Rewriter({"text": "no path"})
+    outcome = await ToolExecutor(registry, hooks=[invalid]).execute_batch([write("w")])
+    assert outcome.results[0].error_class is ErrorClass.INVALID_ARGUMENTS
+    assert "after the host rewrote them" in outcome.results[0].text
+    policy = RulePolicy([Rule("deny", "write_file", {"path": PathGlob("secrets/**")}, "no")])
+    sneaky = Rewriter({"path": "secrets/key", "text": "x"})
+    outcome = await ToolExecutor(registry, policy=policy, hooks=[sneaky]).execute_batch(
+        [write("w")]
+    )
+    assert outcome.results[0].error_class is ErrorClass.PERMISSION_DENIED
+    fine = Rewriter({"path": "notes/b.md", "text": "rewritten"})
+    await ToolExecutor(registry, hooks=[fine]).execute_batch([write("w")])
+    assert seen == [{"path": "notes/b.md", "text": "rewritten"}]
+    assert fine.after == ["w"]
+
+
+async def test_hooks_skip_and_fail_closed(registry: ToolRegistry, seen: list):
+    class Gate(CallHook):
+        def before_call(self, call, arguments, agent_path):  # type: ignore[no-untyped-def]
+            if call.id == "skip":
+                return Skip("the user is editing this file")
+            if call.id == "boom":
+                raise RuntimeError("hook bug")
+            return None
+
+    outcome = await ToolExecutor(registry, hooks=[Gate()]).execute_batch(
+        [write("skip"), write("boom"), write("ok")]
+    )
+    assert [r.error_class for r in outcome.results] == [
+        ErrorClass.SKIPPED,
+        ErrorClass.PERMISSION_DENIED,
+        None,
+    ]
+    assert outcome.results[0].text == "Skipped by the host: the user is editing this file"
+    assert len(seen) == 1
+
+
+async def test_path_argument_outside_its_grant_is_refused(registry: ToolRegistry, seen: list):
+    policy = CapabilityPolicy(
+        {
+            "root": Capabilities(paths=[PathGrant(".", "r"), PathGrant("notes", "rw")]),
+            "root/helper": Capabilities(tools=["read_file"], paths=[PathGrant("notes", "r")]),
+        }
+    )
+    root = ToolExecutor(registry, policy=policy)
+    outcome = await root.execute_batch(
+        [
+            write("ok", "notes/x.md"),
+            write("w", "src/main.py"),
+            write("esc", "notes/../../etc/x"),
+            ToolCall("r", "read_file", {"path": "src/main.py"}),
+        ]
+    )
+    assert [r.error_class for r in outcome.results] == [
+        None,
+        ErrorClass.PERMISSION_DENIED,
+        ErrorClass.PERMISSION_DENIED,
+        None,
+    ]
+    assert "may not write 'src/main.py' (it may write: notes)" in outcome.results[1].text
+    assert "outside the workspace" in outcome.results[2].text
+    child = root.fork_for_subagent("helper")
+    outcome = await child.execute_batch(
+        [write("cw", "notes/x.md"), ToolCall("cr", "read_file", {"path": "src/a.py"})]
+    )
+    assert "is not granted tool 'write_file'" in outcome.results[0].text
+    assert "may not read 'src/a.py' (it may read: notes)" in outcome.results[1].text
+    grandchild = child.fork_for_subagent("deeper")  # inherits its parent's grants
+    outcome = await grandchild.execute_batch([write("g", "notes/x.md")])
+    assert outcome.results[0].error_class is ErrorClass.PERMISSION_DENIED
+
+
+async def test_composed_policy_deny_wins(registry: ToolRegistry):
+    allow_all_rules = RulePolicy([Rule("allow", "*")])
+    ask_writes = RulePolicy([Rule("ask", "write_file")])
+    caps = CapabilityPolicy({"root": Capabilities(paths=[PathGrant("notes", "rw")])})
+    executor = ToolExecutor(
+        registry,
+        policy=ComposedPolicy([allow_all_rules, ask_writes, caps]),
+        approver=Scripted(True),
+    )
+    outcome = await executor.execute_batch([write("in", "notes/a"), write("out", "src/a")])
+    assert outcome.results[0].error_class is None  # asked and approved
+    assert outcome.results[1].error_class is ErrorClass.PERMISSION_DENIED
+
+
+async def test_a_pending_approval_holds_no_permit(autojump_clock: object):
+    rec = Recorder()
+    registry = ToolRegistry()
+    registry.register(lambda: KVTool(rec, "write", SideEffects.WRITE, 1.0))
+    release = trio.Event()
+
+    class Human:
+        async def request(self, request: ApprovalRequest) -> ApprovalAnswer:
+            await release.wait()
+            return ApprovalAnswer(True, "human")
+
+    root = ToolExecutor(registry)
+    waiting = root.fork_for_subagent("careful")
+    waiting = ToolExecutor(
+        registry, approver=Human(), pools=waiting.pools, agent_path=waiting.agent_path
+    )
+    sibling = root.fork_for_subagent("busy")
+    results: dict[str, Any] = {}
+
+    async def run(name: str, executor: ToolExecutor, n: int) -> None:
+        calls = [ToolCall(f"{name}{i}", "write", {"key": f"{name}{i}"}) for i in range(n)]
+        results[name] = await executor.execute_batch(calls)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(run, "careful", waiting, 1)
+        await trio.testing.wait_all_tasks_blocked()
+        assert waiting.statistics().serial_mut.borrowed == 0
+        await run("busy", sibling, 3)  # completes while the human has not answered
+        assert "careful" not in results
+        release.set()
+    assert not any(r.is_error for r in results["busy"].results)
+    assert not results["careful"].results[0].is_error
+    assert rec.peak["write"] == 1
+
+
+async def test_audit_log_records_every_decision(registry: ToolRegistry, tmp_path: Path):
+    path = tmp_path / "audit.jsonl"
+    audit = JsonlAuditSink.open(path)
+    policy = RulePolicy([Rule("deny", "read_file", reason="reads are off today")])
+    executor = ToolExecutor(
+        registry, policy=policy, approver=Scripted(True, by="ann"), sinks=[audit]
+    )
+    await executor.execute_batch(
+        [write("w"), ToolCall("r", "read_file", {"path": "a"}), ToolCall("bad", "write_file")]
+    )
+    audit.close()
+    records = [json.loads(line) for line in path.read_text().splitlines()]
+    kinds = [(r["event"], r["call_id"]) for r in records]
+    assert ("call.failed", "r") in kinds
+    assert ("call.input_invalid", "bad") in kinds
+    assert [k for k in kinds if k[1] == "w"] == [
+        ("approval.requested", "w"),
+        ("approval.resolved", "w"),
+        ("call.started", "w"),
+        ("call.completed", "w"),
+    ]
+    denied = next(r for r in records if r["call_id"] == "r")
+    assert denied["error_class"] == "permission_denied"
+    assert "reads are off today" in denied["message"]
+    resolved = next(r for r in records if r["event"] == "approval.resolved")
+    assert resolved["by"] == "ann"
+    assert resolved["approved"] is True
+    assert "duration" in records[-1] or any("duration" in r for r in records)
+
+
+def test_audit_log_survives_a_crash_mid_batch(tmp_path: Path):
+    path = tmp_path / "audit.jsonl"
+    script = textwrap.dedent(f"""
+        import os, signal, trio
+        from toolexec import *
+
+        @function_tool(side_effects=SideEffects.READ)
+        async def step(n: int) -> str:
+            if n == 150:
+                os.kill(os.getpid(), signal.SIGKILL)
+            return "x" * 500
+
+        registry = ToolRegistry()
+        registry.register(step)
+        audit = JsonlAuditSink.open({str(path)!r})
+        executor = ToolExecutor(registry, sinks=[audit],
+                                config=ConcurrencyConfig(read_width=8))
+        calls = [ToolCall(str(i), "step", {{"n": i}}) for i in range(300)]
+        trio.run(executor.execute_batch, calls)
+    """)
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, timeout=60)
+    assert proc.returncode == -signal.SIGKILL
+    raw = path.read_bytes()
+    assert raw.endswith(b"\n")
+    lines = raw.decode().splitlines()
+    assert len(lines) > 100
+    for line in lines:
+        json.loads(line)  # every line is whole
+    assert os.stat(path).st_size == len(raw)
