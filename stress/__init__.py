@@ -1,0 +1,1 @@
+"""Long-running property tests of the executor (see stress/README.md)."""

@@ -1,0 +1,27 @@
+"""Hypothesis profiles for the stress suite.
+
+``stress-short`` runs with the normal test command; ``stress-long`` runs
+thousands of examples and is chosen by setting ``STRESS=long``. The profiles
+are applied per test (``stress_settings()``), not loaded globally, so the
+fast property tests under ``tests/`` keep their own settings.
+"""
+
+from __future__ import annotations
+
+import os
+
+from hypothesis import HealthCheck, settings
+
+_COMMON = {
+    "deadline": None,  # one example is a whole trio run; wall time varies
+    "suppress_health_check": [HealthCheck.too_slow, HealthCheck.data_too_large],
+    "print_blob": True,
+}
+
+settings.register_profile("stress-short", max_examples=60, **_COMMON)
+settings.register_profile("stress-long", max_examples=5000, **_COMMON)
+
+
+def stress_profile() -> str:
+    """Name the profile this run uses: ``stress-long`` when ``STRESS=long``."""
+    return "stress-long" if os.environ.get("STRESS", "").lower() == "long" else "stress-short"
