@@ -30,7 +30,6 @@ import attrs
 
 from ._agent import AgentLoop, StopReason
 from ._errors import ToolError
-from ._model import Model
 from ._policy import Ask, Deny
 from ._types import ErrorClass, SideEffects, ToolDefinition, ToolOutput
 
@@ -38,6 +37,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Iterator, Mapping, Sequence
 
     from ._executor import ToolExecutor
+    from ._model import Model
     from ._policy import Decision, ToolPolicy
     from ._tool import ToolContext
 
@@ -373,6 +373,8 @@ class SubAgentTool:
         return child
 
     def _model(self) -> Model:
-        if not isinstance(self.model, type) and isinstance(self.model, Model):
-            return self.model
-        return self.model()
+        # A plain attribute check: isinstance against a runtime Protocol is slow.
+        model = self.model
+        if not isinstance(model, type) and callable(getattr(model, "respond", None)):
+            return model  # type: ignore[return-value]
+        return model()  # type: ignore[operator]
