@@ -426,6 +426,12 @@ def open_regular_at(dir_fd: int, name: str, path: str) -> tuple[int, int]:
     try:
         fd = os.open(name, _READ_FLAGS, dir_fd=dir_fd)
     except OSError as exc:
+        if exc.errno in (errno.ENXIO, errno.ENODEV, errno.EOPNOTSUPP):  # sockets, devices
+            with contextlib.suppress(OSError):
+                mode = os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode
+                raise _denied(
+                    path, f"is a {kind_of(mode)}; only regular files can be read."
+                ) from None
         raise _os_error(path, exc) from None
     try:
         st = os.fstat(fd)

@@ -1,0 +1,344 @@
+"""The built-in tools through a real executor, on real files."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from toolexec import (
+    Batched,
+    ConcurrencyConfig,
+    ErrorClass,
+    Parallel,
+    RoutingClass,
+    SearchFilesTool,
+    Sequential,
+    SideEffects,
+    ToolCall,
+    ToolExecutor,
+    ToolRegistry,
+    ToolResult,
+    Workspace,
+    register_builtin_tools,
+)
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from toolexec import ExecutionStrategy
+
+SECRET = "SECRET-OUTSIDE"
+
+
+@pytest.fixture
+def root(tmp_path: Path) -> Path:
+    root = tmp_path / "ws"
+    root.mkdir()
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "secret.txt").write_text(f"{SECRET}\n")
+    os.symlink(outside, root / "out-link")
+    return root
+
+
+def _executor(root: Path, **kw: Any) -> ToolExecutor:
+    registry = ToolRegistry()
+    register_builtin_tools(registry, Workspace(root))
+    return ToolExecutor(registry, **kw)
+
+
+async def call(executor: ToolExecutor, name: str, **arguments: Any) -> ToolResult:
+    outcome = await executor.execute_batch([ToolCall("c1", name, arguments)])
+    return outcome.results[0]
+
+
+def test_registration_declares_capabilities(root: Path) -> None:
+    registry = ToolRegistry()
+    defs = {d.name: d for d in register_builtin_tools(registry, Workspace(root))}
+    assert set(defs) == {
+        "read_file",
+        "write_file",
+        "edit_file",
+        "list_dir",
+        "search_files",
+        "echo",
+        "shell",
+    }
+    assert defs["read_file"].side_effects is SideEffects.READ
+    assert defs["list_dir"].side_effects is SideEffects.READ
+    assert defs["search_files"].side_effects is SideEffects.READ
+    assert defs["write_file"].side_effects is SideEffects.WRITE
+    assert defs["edit_file"].side_effects is SideEffects.WRITE
+    assert defs["shell"].side_effects is SideEffects.EXECUTE
+    assert defs["echo"].side_effects is SideEffects.NONE
+    assert defs["read_file"].path_arguments == {"path": "r"}
+    assert defs["write_file"].path_arguments == {"path": "w"}
+    assert defs["edit_file"].path_arguments == {"path": "w"}
+    no_shell = ToolRegistry()
+    register_builtin_tools(no_shell, Workspace(root), shell=False)
+    assert "shell" not in no_shell
+
+
+# -- read_file ------------------------------------------------------------------------
+
+
+async def test_read_file_pages_by_lines(root: Path) -> None:
+    (root / "f.txt").write_text("".join(f"line {i}\n" for i in range(1, 11)))
+    ex = _executor(root)
+    whole = await call(ex, "read_file", path="f.txt")
+    assert whole.text == "".join(f"line {i}\n" for i in range(1, 11))
+    part = await call(ex, "read_file", path="f.txt", offset=3, limit=2)
+    assert part.text == "line 3\nline 4\n[showing lines 3-4 of 10; continue with offset=5]"
+    tail = await call(ex, "read_file", path="f.txt", offset=9)
+    assert tail.text == "line 9\nline 10\n[showing lines 9-10 of 10]"
+    past = await call(ex, "read_file", path="f.txt", offset=11)
+    assert past.error_class is ErrorClass.EXECUTION_ERROR
+    assert "past the end" in past.text
+    assert "10 lines" in past.text
+
+
+async def test_read_file_refuses_binary_and_reports_missing(root: Path) -> None:
+    (root / "blob.bin").write_bytes(b"\x00\x01\x02binary")
+    (root / "empty.txt").write_bytes(b"")
+    ex = _executor(root)
+    blob = await call(ex, "read_file", path="blob.bin")
+    assert blob.error_class is ErrorClass.EXECUTION_ERROR
+    assert "binary" in blob.text
+    missing = await call(ex, "read_file", path="nope/x.txt")
+    assert missing.error_class is ErrorClass.EXECUTION_ERROR
+    assert missing.text == "'nope/x.txt' does not exist ('nope' is missing)."
+    assert (await call(ex, "read_file", path="empty.txt")).text == "'empty.txt' is empty."
+
+
+async def test_read_file_caps_output_and_marks_bad_utf8(root: Path) -> None:
+    (root / "wide.txt").write_text("x" * 60 + "\n" + "y" * 60 + "\n")
+    (root / "latin.txt").write_bytes(b"caf\xe9\n")
+    registry = ToolRegistry()
+    from toolexec import ReadFileTool
+
+    registry.register(ReadFileTool(Workspace(root), max_output_chars=100))
+    ex = ToolExecutor(registry)
+    capped = await call(ex, "read_file", path="wide.txt")
+    assert capped.text.startswith("x" * 60 + "\n[showing lines 1-1 of 2; continue with offset=2]")
+    latin = await call(ex, "read_file", path="latin.txt")
+    assert latin.text.startswith("caf\ufffd\n")
+    assert "not valid UTF-8" in latin.text
+
+
+# -- write_file and edit_file ---------------------------------------------------------
+
+
+async def test_write_file_creates_and_replaces(root: Path) -> None:
+    ex = _executor(root)
+    created = await call(ex, "write_file", path="a/b/c.txt", content="one\ntwo\n")
+    assert created.text == "Created 'a/b/c.txt' (8 bytes, 2 lines)."
+    replaced = await call(ex, "write_file", path="a/b/c.txt", content="three")
+    assert replaced.text == "Replaced 'a/b/c.txt' (5 bytes, 1 lines)."
+    assert (root / "a/b/c.txt").read_text() == "three"
+
+
+async def test_edit_file_needs_exactly_one_occurrence(root: Path) -> None:
+    target = root / "code.py"
+    target.write_text("x = 1\ny = 2\nx = 1\n")
+    ex = _executor(root)
+    twice = await call(ex, "edit_file", path="code.py", old_string="x = 1", new_string="x = 3")
+    assert twice.error_class is ErrorClass.EXECUTION_ERROR
+    assert "occurs 2 times" in twice.text
+    assert "lines 1, 3" in twice.text
+    never = await call(ex, "edit_file", path="code.py", old_string="z = 9", new_string="z = 0")
+    assert "was not found in 'code.py'" in never.text
+    assert target.read_text() == "x = 1\ny = 2\nx = 1\n"  # failed edits change nothing
+    overlap = await call(ex, "edit_file", path="code.py", old_string="\n", new_string="")
+    assert "occurs 3 times" in overlap.text
+    once = await call(ex, "edit_file", path="code.py", old_string="y = 2", new_string="y = 20")
+    assert (
+        once.text
+        == "Edited 'code.py': replaced 1 occurrence at line 2 (1 lines removed, 1 lines inserted)."
+    )
+    assert target.read_text() == "x = 1\ny = 20\nx = 1\n"
+    same = await call(ex, "edit_file", path="code.py", old_string="y", new_string="y")
+    assert "identical" in same.text
+
+
+async def test_edit_file_refuses_non_utf8(root: Path) -> None:
+    (root / "latin.txt").write_bytes(b"caf\xe9\n")
+    ex = _executor(root)
+    result = await call(ex, "edit_file", path="latin.txt", old_string="caf", new_string="x")
+    assert "not valid UTF-8" in result.text
+    assert (root / "latin.txt").read_bytes() == b"caf\xe9\n"
+
+
+# -- list_dir -------------------------------------------------------------------------
+
+
+async def test_list_dir_shows_kinds_and_never_follows_links(root: Path) -> None:
+    (root / "sub").mkdir()
+    (root / "sub" / "inner.txt").write_text("hi")
+    (root / "file.txt").write_text("12345")
+    os.mkfifo(root / "pipe")
+    ex = _executor(root)
+    listing = await call(ex, "list_dir")
+    outside = str(root.parent / "outside")
+    assert listing.text.splitlines() == [
+        "file.txt  (5 bytes)",
+        f"out-link -> {outside}",
+        "pipe  [fifo]",
+        "sub/",
+    ]
+    deep = await call(ex, "list_dir", depth=5)
+    assert "sub/inner.txt  (2 bytes)" in deep.text
+    assert "secret" not in deep.text
+    limited = await call(ex, "list_dir", depth=5, limit=2)
+    assert limited.text.splitlines()[-1].startswith("[listing stopped after 2 entries")
+    empty = root / "empty"
+    empty.mkdir()
+    assert (await call(ex, "list_dir", path="empty")).text == "'empty' is empty."
+
+
+async def test_list_dir_walks_trees_deeper_than_the_recursion_limit(root: Path) -> None:
+    levels = 1200
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+    for _ in range(levels):
+        os.mkdir("d", dir_fd=fd)
+        child = os.open("d", os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+        os.close(fd)
+        fd = child
+    os.close(fd)
+    try:
+        ex = _executor(root)
+        result = await call(ex, "list_dir", depth=levels + 10, limit=5000)
+    finally:  # shutil.rmtree (pytest's cleanup) recurses per level: remove it here
+        subprocess.run(["rm", "-rf", str(root / "d")], check=True)
+    assert not result.is_error, result.text
+    lines = result.text.splitlines()
+    assert len(lines) == levels + 1  # every level, plus out-link
+    assert lines[-2] == "/".join(["d"] * levels) + "/"
+
+
+# -- search_files ---------------------------------------------------------------------
+
+
+async def test_search_files_reports_path_line_and_text(root: Path) -> None:
+    (root / "src").mkdir()
+    (root / "src" / "a.py").write_text("def alpha():\n    return 1\n")
+    (root / "src" / "b.txt").write_text("Alpha and beta\n")
+    (root / "blob.bin").write_bytes(b"\x00alpha")
+    (root / ".git").mkdir()
+    (root / ".git" / "config").write_text("alpha\n")
+    ex = _executor(root)
+    found = await call(ex, "search_files", pattern="alpha")
+    assert found.text.splitlines() == [
+        "1 matching lines for 'alpha' in '.' (2 files searched, 2 skipped).",
+        "src/a.py:1: def alpha():",
+    ]
+    both = await call(ex, "search_files", pattern="alpha", ignore_case=True, path="src")
+    assert both.text.splitlines()[1:] == ["src/a.py:1: def alpha():", "src/b.txt:1: Alpha and beta"]
+    only_py = await call(ex, "search_files", pattern="a", glob="*.py", max_results=1)
+    assert only_py.text.splitlines()[1:] == [
+        "src/a.py:1: def alpha():",
+        "[stopped at 1 matches; narrow the pattern, path or glob]",
+    ]
+    one_file = await call(ex, "search_files", pattern="return", path="src/a.py")
+    assert one_file.text.splitlines()[1:] == ["src/a.py:2:     return 1"]
+
+
+async def test_search_files_does_not_follow_links_out(root: Path) -> None:
+    ex = _executor(root)
+    result = await call(ex, "search_files", pattern=SECRET)
+    assert result.text == f"0 matching lines for {SECRET!r} in '.' (0 files searched, 0 skipped)."
+    escaped = await call(ex, "search_files", pattern=SECRET, path="out-link")
+    assert escaped.error_class is ErrorClass.PERMISSION_DENIED
+
+
+async def test_search_files_rejects_bad_regex(root: Path) -> None:
+    result = await call(_executor(root), "search_files", pattern="(unclosed")
+    assert result.error_class is ErrorClass.INVALID_ARGUMENTS
+    assert "Invalid regular expression" in result.text
+
+
+async def test_a_pathological_regex_is_stopped(root: Path) -> None:
+    (root / "evil.txt").write_text("a" * 64 + "!\n")
+    registry = ToolRegistry()
+    registry.register(SearchFilesTool(Workspace(root), time_limit=0.5))
+    ex = ToolExecutor(registry)
+    result = await call(ex, "search_files", pattern="^(a+)+$")
+    assert result.error_class is ErrorClass.TIMEOUT
+    assert "catastrophically" in result.text
+
+
+# -- echo and escapes through every tool --------------------------------------------------
+
+
+async def test_echo(root: Path) -> None:
+    result = await call(_executor(root), "echo", text="hello")
+    assert result.text == "hello"
+    assert result.routing is RoutingClass.READ_ONLY
+
+
+@pytest.mark.parametrize(
+    ("name", "arguments"),
+    [
+        ("read_file", {"path": "../outside/secret.txt"}),
+        ("read_file", {"path": "out-link/secret.txt"}),
+        ("write_file", {"path": "out-link/new.txt", "content": "x"}),
+        ("write_file", {"path": "../outside/secret.txt", "content": "x"}),
+        ("edit_file", {"path": "out-link/secret.txt", "old_string": "S", "new_string": "T"}),
+        ("list_dir", {"path": "out-link"}),
+        ("list_dir", {"path": ".."}),
+        ("search_files", {"pattern": "S", "path": "../outside"}),
+    ],
+)
+async def test_every_file_tool_refuses_escapes(
+    root: Path, name: str, arguments: dict[str, Any]
+) -> None:
+    result = await call(_executor(root), name, **arguments)
+    assert result.error_class is ErrorClass.PERMISSION_DENIED, result.text
+    assert f"'{arguments['path']}'" in result.text
+    assert SECRET not in result.text
+    outside = root.parent / "outside"
+    assert sorted(p.name for p in outside.iterdir()) == ["secret.txt"]
+    assert (outside / "secret.txt").read_text() == f"{SECRET}\n"
+
+
+# -- ordering with real files (acceptance 3) ----------------------------------------------
+
+BATCH = [
+    ToolCall("1", "read_file", {"path": "a.txt"}),
+    ToolCall("2", "edit_file", {"path": "a.txt", "old_string": "old", "new_string": "new"}),
+    ToolCall("3", "read_file", {"path": "a.txt"}),
+    ToolCall("4", "write_file", {"path": "b.txt", "content": "b content\n"}),
+    ToolCall("5", "read_file", {"path": "b.txt"}),
+]
+EXPECTED = [
+    "old value\n",
+    "Edited 'a.txt': replaced 1 occurrence at line 1 (1 lines removed, 1 lines inserted).",
+    "new value\n",
+    "Created 'b.txt' (10 bytes, 1 lines).",
+    "b content\n",
+]
+STRATEGIES: list[ExecutionStrategy] = [Parallel(), Sequential(), Batched(2)]
+CONFIGS = [
+    ConcurrencyConfig(),
+    ConcurrencyConfig(read_width=1),
+    ConcurrencyConfig(per_tool={"read_file": 1, "edit_file": 1}),
+    ConcurrencyConfig(serial_mut_width=3, promoted=frozenset({"edit_file", "write_file"})),
+]
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES, ids=repr)
+@pytest.mark.parametrize("config", CONFIGS, ids=["default", "read-1", "tool-caps", "promoted"])
+async def test_mixed_batches_give_the_sequential_results(
+    tmp_path: Path, strategy: ExecutionStrategy, config: ConcurrencyConfig
+) -> None:
+    registry = ToolRegistry()
+    register_builtin_tools(registry, Workspace(tmp_path), shell=False)
+    executor = ToolExecutor(registry, config=config, strategy=strategy)
+    for _ in range(20):
+        (tmp_path / "a.txt").write_text("old value\n")
+        (tmp_path / "b.txt").unlink(missing_ok=True)
+        outcome = await executor.execute_batch(BATCH)
+        assert [r.text for r in outcome.results] == EXPECTED
+        assert not any(r.is_error for r in outcome.results)

@@ -1,0 +1,293 @@
+"""The shell tool with real processes: groups, timeouts, cancellation, output, env."""
+
+from __future__ import annotations
+
+import os
+import resource
+from typing import TYPE_CHECKING, Any
+
+import pytest
+import trio
+
+from toolexec import (
+    ErrorClass,
+    RoutingClass,
+    ShellTool,
+    SideEffects,
+    ToolCall,
+    ToolExecutor,
+    ToolRegistry,
+    ToolResult,
+    Workspace,
+    classify_shell_command,
+)
+from toolexec._shell import OutputCapture
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+
+def _live(pid: int) -> bool:
+    """Whether ``pid`` is a running (non-zombie) process."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[0] != b"Z"
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+
+
+def _group_members(pgid: int) -> list[int]:
+    members = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid and fields[0] != b"Z":
+            members.append(int(name))
+    return members
+
+
+@pytest.fixture
+def root(tmp_path: Path) -> Path:
+    root = tmp_path / "ws"
+    root.mkdir()
+    return root
+
+
+def _executor(root: Path, grace: float = 5.0, **tool: Any) -> ToolExecutor:
+    registry = ToolRegistry()
+    registry.register(ShellTool(Workspace(root), **tool))
+    return ToolExecutor(registry, grace_period=grace)
+
+
+async def shell(executor: ToolExecutor, command: str, **arguments: Any) -> ToolResult:
+    outcome = await executor.execute_batch(
+        [ToolCall("c1", "shell", {"command": command, **arguments})]
+    )
+    return outcome.results[0]
+
+
+async def _pids_from_fifo(fifo: Path) -> list[int]:
+    """Block (in a thread) until the command writes its pids to ``fifo``."""
+
+    def read() -> str:
+        with open(fifo) as f:
+            return f.read()
+
+    text = await trio.to_thread.run_sync(read)
+    return [int(p) for p in text.split()]
+
+
+# -- results --------------------------------------------------------------------------
+
+
+async def test_output_exit_code_and_duration(root: Path) -> None:
+    result = await shell(_executor(root), "pwd; echo out; echo err >&2")
+    assert not result.is_error
+    first, *rest = result.text.splitlines()
+    assert first.startswith("exit code 0; duration ")
+    assert first.endswith(" s; output truncated: no")
+    assert rest == ["stdout:", str(root.resolve()), "out", "stderr:", "err"]
+    assert result.details["exit_code"] == 0
+    assert result.details["truncated"] is False
+
+
+async def test_a_failing_command_is_an_error_result(root: Path) -> None:
+    result = await shell(_executor(root), "echo nope; exit 3")
+    assert result.error_class is ErrorClass.EXECUTION_ERROR
+    assert result.text.startswith("exit code 3;")
+    assert "nope" in result.text
+
+
+async def test_undecodable_output_is_replaced(root: Path) -> None:
+    result = await shell(_executor(root), r"printf 'ok \377\376 end'")
+    assert "ok \ufffd\ufffd end" in result.text
+
+
+async def test_a_secret_in_the_host_environment_is_not_passed(
+    root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TOOLEXEC_TEST_API_KEY", "sk-very-secret")
+    monkeypatch.setenv("LANG", "C.UTF-8")
+    result = await shell(_executor(root, env={"EXTRA": "given"}), "env")
+    assert "sk-very-secret" not in result.text
+    assert "TOOLEXEC_TEST_API_KEY" not in result.text
+    assert "LANG=C.UTF-8" in result.text
+    assert "EXTRA=given" in result.text
+    assert "PATH=" in result.text
+
+
+# -- no process left behind -------------------------------------------------------------
+
+TREE = "echo $$ > pids; (sleep 1000 & echo $! >> pids; wait) & sleep 1000 & echo $! >> pids; wait"
+
+
+async def test_a_timeout_kills_the_whole_tree(root: Path) -> None:
+    result = await shell(_executor(root, grace=1.0), TREE, timeout=0.5)
+    assert result.error_class is ErrorClass.TIMEOUT
+    assert "timed out after 0.5 s; the process group was terminated" in result.text
+    pgid, *descendants = [int(p) for p in (root / "pids").read_text().split()]
+    assert len(descendants) == 2
+    assert _group_members(pgid) == []
+    assert not any(_live(pid) for pid in [pgid, *descendants])
+
+
+async def test_a_host_cancel_kills_the_whole_tree(root: Path) -> None:
+    os.mkfifo(root / "ready")
+    executor = _executor(root, grace=1.0)
+    command = (
+        "(sleep 1000 & echo $! > inner; wait) & sub=$!; sleep 1000 & s=$!; "
+        "while [ ! -s inner ]; do :; done; echo $$ $sub $s $(cat inner) > ready; wait"
+    )
+    batch = executor.prepare([ToolCall("c1", "shell", {"command": command})])
+    async with trio.open_nursery() as nursery:
+        outcome: list[Any] = []
+
+        async def run() -> None:
+            outcome.append(await batch.run())
+
+        nursery.start_soon(run)
+        pgid, *descendants = await _pids_from_fifo(root / "ready")
+        batch.cancel()
+    (result,) = outcome[0].results
+    assert result.error_class is ErrorClass.CANCELLED
+    assert _group_members(pgid) == []
+    assert not any(_live(pid) for pid in [pgid, *descendants])
+
+
+async def test_an_enclosing_cancel_scope_kills_the_whole_tree(root: Path) -> None:
+    os.mkfifo(root / "ready")
+    executor = _executor(root, grace=1.0)
+    command = "sleep 1000 & echo $$ $! > ready; wait"
+    with trio.CancelScope() as scope:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(shell, executor, command)
+            pgid, child = await _pids_from_fifo(root / "ready")
+            scope.cancel()
+    assert scope.cancelled_caught
+    assert _group_members(pgid) == []
+    assert not _live(child)
+
+
+async def test_a_command_ignoring_sigterm_is_killed_after_the_grace_period(root: Path) -> None:
+    command = "trap '' TERM; echo $$ > pids; sleep 1000 & echo $! >> pids; wait; wait"
+    result = await shell(_executor(root, grace=0.3), command, timeout=0.3)
+    assert result.error_class is ErrorClass.TIMEOUT
+    pgid, child = [int(p) for p in (root / "pids").read_text().split()]
+    assert _group_members(pgid) == []
+    assert not _live(child)
+
+
+async def test_a_background_child_holding_the_pipe_does_not_hang_the_call(root: Path) -> None:
+    command = "sleep 1000 & echo $! > bg; echo done"
+    result = await shell(_executor(root), command)
+    assert not result.is_error
+    assert "done" in result.text
+    assert not _live(int((root / "bg").read_text()))
+
+
+# -- bounded output -----------------------------------------------------------------
+
+
+async def test_100_mb_of_output_keeps_memory_bounded(root: Path) -> None:
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB
+    cap = 64 * 1024
+    result = await shell(
+        _executor(root, max_output_bytes=cap), "head -c 100000000 /dev/zero | tr '\\0' a"
+    )
+    after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    assert result.details["stdout_bytes"] == 100_000_000
+    assert result.details["truncated"] is True
+    assert "output truncated: yes" in result.text
+    assert f"stdout (100000000 bytes, kept {cap})" in result.text
+    assert len(result.text) < cap + 1000
+    assert after - before < 50 * 1024, (before, after)
+
+
+def test_output_capture_keeps_head_and_tail() -> None:
+    capture = OutputCapture(10)
+    for chunk in (b"0123", b"4567", b"89ab", b"cdef"):
+        capture.add(chunk)
+    assert capture.total == 16
+    assert capture.kept == 10
+    assert capture.text() == "01234\n[... 6 bytes omitted ...]\nbcdef"
+    small = OutputCapture(10)
+    small.add(b"\xe2\x82")
+    small.add(b"\xac ok")
+    assert small.text() == "\u20ac ok"
+
+
+# -- the read-only classifier --------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        "ls -la",
+        "cat a.txt | grep -n foo | head -5",
+        "grep 'a|b;c>d' file.txt",
+        "find . -name '*.py' -type f",
+        "wc -l *.py && echo done",
+        "sort -u names.txt",
+        "ls; pwd || true",
+    ],
+)
+def test_plainly_read_only_commands_are_read(command: str) -> None:
+    assert classify_shell_command(command) is SideEffects.READ
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        "rm -rf x",
+        "ls > out.txt",
+        "cat < in.txt",
+        "echo $(rm x)",
+        "echo `rm x`",
+        "echo $HOME",
+        'echo "$HOME"',
+        "ls & rm x",
+        "ls\nrm x",
+        "ls; rm x",
+        "cat x | sh",
+        "find . -delete",
+        "find . -exec rm {} +",
+        "find . -ex'ec' rm x",
+        "find . -name *.py",
+        "sort -o out.txt in.txt",
+        "sort -uo out.txt in.txt",
+        "rg --pre cat x",
+        "git status",
+        "sed -i s/a/b/ f",
+        "A=1 ls",
+        "(ls)",
+        "{ ls; }",
+        "ls 'unclosed",
+        "ls;",
+        "",
+        "/bin/ls",
+        "ls #; rm x",
+        "echo a\\;b",
+    ],
+)
+def test_anything_else_stays_execute(command: str) -> None:
+    assert classify_shell_command(command) is SideEffects.EXECUTE
+
+
+async def test_read_only_commands_route_as_read_only(root: Path) -> None:
+    (root / "f.txt").write_text("x\n")
+    executor = _executor(root)
+    outcome = await executor.execute_batch(
+        [
+            ToolCall("1", "shell", {"command": "cat f.txt"}),
+            ToolCall("2", "shell", {"command": "touch g.txt"}),
+        ]
+    )
+    assert [r.routing for r in outcome.results] == [
+        RoutingClass.READ_ONLY,
+        RoutingClass.SERIAL_MUT,
+    ]

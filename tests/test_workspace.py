@@ -1,0 +1,291 @@
+"""Workspace confinement, with real files, links, FIFOs and a racing thread."""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import ctypes.util
+import os
+import socket
+import sys
+import threading
+from typing import TYPE_CHECKING
+
+import pytest
+
+from toolexec import ErrorClass, Workspace, WorkspaceError
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+    from pathlib import Path
+
+SECRET = b"SECRET-OUTSIDE-BYTES"
+
+
+@pytest.fixture
+def world(tmp_path: Path) -> dict[str, Path]:
+    root = tmp_path / "ws"
+    (root / "sub").mkdir(parents=True)
+    (root / "a.txt").write_bytes(b"inside\n")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "secret.txt").write_bytes(SECRET)
+    sibling = tmp_path / "ws-sibling"  # shares the root's prefix
+    sibling.mkdir()
+    (sibling / "s.txt").write_bytes(SECRET)
+    os.symlink(outside / "secret.txt", root / "abs-file-link")
+    os.symlink("../outside/secret.txt", root / "rel-file-link")
+    os.symlink(outside, root / "dir-link")
+    os.symlink("sub/../../outside", root / "tricky-link")
+    os.symlink(root / "a.txt", root / "inside-abs-link")
+    os.symlink("sub/../a.txt", root / "inside-rel-link")
+    return {"root": root, "outside": outside, "sibling": sibling}
+
+
+def _outside_untouched(world: dict[str, Path]) -> None:
+    assert sorted(p.name for p in world["outside"].iterdir()) == ["secret.txt"]
+    assert (world["outside"] / "secret.txt").read_bytes() == SECRET
+
+
+ESCAPES = [
+    "../outside/secret.txt",
+    "sub/../../outside/secret.txt",
+    "abs-file-link",
+    "rel-file-link",
+    "dir-link/secret.txt",
+    "tricky-link/secret.txt",
+    "{outside}/secret.txt",
+    "{sibling}/s.txt",
+    "{root}/../outside/secret.txt",
+]
+
+
+def _fill(path: str, world: dict[str, Path]) -> str:
+    return path.format(**{k: str(v) for k, v in world.items()})
+
+
+@pytest.mark.parametrize("path", ESCAPES)
+async def test_reads_never_leave_the_root(world: dict[str, Path], path: str) -> None:
+    ws = Workspace(world["root"])
+    path = _fill(path, world)
+    with pytest.raises(WorkspaceError) as info:
+        await ws.read_bytes(path)
+    assert info.value.error_class is ErrorClass.PERMISSION_DENIED
+    assert path in info.value.message
+
+
+@pytest.mark.parametrize("path", [*ESCAPES, "dir-link/new.txt", "../outside/new.txt"])
+async def test_writes_never_leave_the_root(world: dict[str, Path], path: str) -> None:
+    ws = Workspace(world["root"])
+    with pytest.raises(WorkspaceError) as info:
+        await ws.write_bytes(_fill(path, world), b"overwritten")
+    assert info.value.error_class is ErrorClass.PERMISSION_DENIED
+    _outside_untouched(world)
+
+
+@pytest.mark.parametrize("path", ["dir-link", "tricky-link", "..", "{outside}"])
+async def test_listings_never_leave_the_root(world: dict[str, Path], path: str) -> None:
+    ws = Workspace(world["root"])
+    with pytest.raises(WorkspaceError) as info:
+        await ws.list_dir(_fill(path, world))
+    assert info.value.error_class is ErrorClass.PERMISSION_DENIED
+
+
+async def test_a_dangling_link_out_is_not_created_by_a_write(world: dict[str, Path]) -> None:
+    os.symlink(world["outside"] / "created.txt", world["root"] / "dangling")
+    ws = Workspace(world["root"])
+    with pytest.raises(WorkspaceError) as info:
+        await ws.write_bytes("dangling", b"x")
+    assert info.value.error_class is ErrorClass.PERMISSION_DENIED
+    assert "symbolic link" in info.value.message
+    _outside_untouched(world)
+
+
+async def test_links_that_stay_inside_are_followed(world: dict[str, Path]) -> None:
+    ws = Workspace(world["root"])
+    assert await ws.read_bytes("inside-abs-link") == b"inside\n"
+    assert await ws.read_bytes("inside-rel-link") == b"inside\n"
+    assert await ws.read_bytes(str(world["root"] / "a.txt")) == b"inside\n"
+    assert await ws.resolve("inside-rel-link") == "a.txt"
+    os.symlink("later.txt", world["root"] / "dangling-in")
+    assert await ws.write_bytes("dangling-in", b"made") is True
+    assert (world["root"] / "later.txt").read_bytes() == b"made"
+
+
+async def test_a_write_replaces_a_hard_link_instead_of_writing_through(
+    world: dict[str, Path],
+) -> None:
+    os.link(world["outside"] / "secret.txt", world["root"] / "hard.txt")
+    ws = Workspace(world["root"])
+    assert await ws.write_bytes("hard.txt", b"new content") is False
+    assert (world["root"] / "hard.txt").read_bytes() == b"new content"
+    _outside_untouched(world)
+
+
+async def test_writes_are_atomic_and_keep_the_mode(world: dict[str, Path]) -> None:
+    target = world["root"] / "script.sh"
+    target.write_bytes(b"old")
+    target.chmod(0o750)
+    ws = Workspace(world["root"])
+    assert await ws.write_bytes("script.sh", b"new") is False
+    assert target.read_bytes() == b"new"
+    assert target.stat().st_mode & 0o777 == 0o750
+    assert await ws.write_bytes("deep/er/file.txt", b"x") is True
+    leftovers = [p.name for p in world["root"].rglob(".toolexec-*")]
+    assert leftovers == []
+
+
+async def test_fifos_and_sockets_are_refused_without_blocking(world: dict[str, Path]) -> None:
+    os.mkfifo(world["root"] / "pipe")
+    ws = Workspace(world["root"])
+    with pytest.raises(WorkspaceError) as info:
+        await ws.read_bytes("pipe")  # a blocking open would hang here
+    assert info.value.error_class is ErrorClass.PERMISSION_DENIED
+    assert "fifo" in info.value.message
+    with pytest.raises(WorkspaceError, match="only regular files can be written"):
+        await ws.write_bytes("pipe", b"x")
+    sock_path = world["root"] / "sock"
+    with socket.socket(socket.AF_UNIX) as sock:
+        sock.bind(str(sock_path))
+        with pytest.raises(WorkspaceError, match="socket"):
+            await ws.read_bytes("sock")
+
+
+async def test_devices_reached_through_links_are_refused(world: dict[str, Path]) -> None:
+    os.symlink("/dev/zero", world["root"] / "zero")
+    ws = Workspace(world["root"])
+    with pytest.raises(WorkspaceError) as info:
+        await ws.read_bytes("zero")
+    assert info.value.error_class is ErrorClass.PERMISSION_DENIED
+
+
+async def test_oversize_reads_are_refused(world: dict[str, Path]) -> None:
+    (world["root"] / "big.bin").write_bytes(b"x" * 101)
+    ws = Workspace(world["root"], max_read_bytes=100)
+    with pytest.raises(WorkspaceError, match="100-byte read limit"):
+        await ws.read_bytes("big.bin")
+    assert await ws.read_bytes("a.txt") == b"inside\n"
+
+
+@pytest.mark.parametrize(
+    ("path", "error_class", "words", "writable"),
+    [
+        ("a\x00b", ErrorClass.INVALID_ARGUMENTS, "NUL byte", False),
+        ("n" * 300, ErrorClass.INVALID_ARGUMENTS, "too long", False),
+        ("sub/" + "n" * 300 + "/x", ErrorClass.INVALID_ARGUMENTS, "too long", False),
+        ("bad\ud800name", ErrorClass.INVALID_ARGUMENTS, "cannot be encoded", False),
+        ("a.txt/child", ErrorClass.EXECUTION_ERROR, "'a.txt' is not a directory", False),
+        ("sub", ErrorClass.EXECUTION_ERROR, "is a directory", False),
+        ("missing/file.txt", ErrorClass.EXECUTION_ERROR, "'missing' is missing", True),
+    ],
+)
+async def test_odd_names_give_clean_errors(
+    world: dict[str, Path], path: str, error_class: ErrorClass, words: str, writable: bool
+) -> None:
+    ws = Workspace(world["root"])
+    with pytest.raises(WorkspaceError) as info:
+        await ws.read_bytes(path)
+    assert info.value.error_class is error_class
+    assert words in info.value.message
+    if writable:  # writes create missing parents
+        assert await ws.write_bytes(path, b"x") is True
+        return
+    with pytest.raises(WorkspaceError) as info:
+        await ws.write_bytes(path, b"x")
+    assert info.value.error_class is error_class
+
+
+async def test_non_utf8_names_round_trip(world: dict[str, Path]) -> None:
+    raw = os.fsencode(world["root"]) + b"/caf\xe9.txt"
+    with open(raw, "wb") as f:
+        f.write(b"latin-1 name\n")
+    ws = Workspace(world["root"])
+    names = [e.name for e in await ws.list_dir(".")]
+    assert "caf\udce9.txt" in names
+    assert await ws.read_bytes("caf\udce9.txt") == b"latin-1 name\n"
+    with pytest.raises(WorkspaceError) as info:
+        await ws.read_bytes("caf\udce9-missing.txt")
+    assert "caf\\xe9-missing.txt" in info.value.message  # shown escaped, never raw
+
+
+def test_the_root_must_be_a_directory(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="not a directory"):
+        Workspace(tmp_path / "nope")
+
+
+# -- a link swapped in while operations run -----------------------------------------
+
+
+def _exchange() -> object:
+    """renameat2(RENAME_EXCHANGE) when libc has it: swaps two names atomically."""
+    libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+    fn = getattr(libc, "renameat2", None)
+    if fn is None:
+        return None
+    at_fdcwd, rename_exchange = -100, 2
+
+    def swap(a: bytes, b: bytes) -> None:
+        fn(at_fdcwd, a, at_fdcwd, b, rename_exchange)
+
+    return swap
+
+
+@contextlib.contextmanager
+def _swapping(root: Path, outside: Path) -> Iterator[list[int]]:
+    """Keep swapping root/d between a real directory and a link to ``outside``."""
+    (root / "d").mkdir()
+    (root / "d" / "f.txt").write_bytes(b"inside\n")
+    os.symlink(outside, root / "d.swap")
+    d, swap_name = os.fsencode(root / "d"), os.fsencode(root / "d.swap")
+    exchange = _exchange()
+    stop = threading.Event()
+    count = [0]
+
+    def run() -> None:
+        while not stop.is_set():
+            if exchange is not None:
+                exchange(d, swap_name)  # type: ignore[operator]
+            else:  # not atomic, but still races every step of a walk
+                with contextlib.suppress(OSError):
+                    os.rename(d, d + b".real")
+                    os.symlink(outside, d)
+                    os.unlink(d)
+                    os.rename(d + b".real", d)
+            count[0] += 1
+
+    thread = threading.Thread(target=run)
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1e-5)
+    thread.start()
+    try:
+        yield count
+    finally:
+        stop.set()
+        thread.join()
+        sys.setswitchinterval(old)
+
+
+def test_a_link_swapped_in_during_operations_never_leaks(world: dict[str, Path]) -> None:
+    root, outside = world["root"], world["outside"]
+    ws = Workspace(root)
+    outcomes: dict[str, int] = {"ok": 0, "refused": 0}
+    with _swapping(root, outside) as swaps:
+        for i in range(1500):
+            for operation in (
+                lambda: ws.read_bytes_sync("d/f.txt"),
+                lambda i=i: ws.write_bytes_sync(f"d/w{i % 7}.txt", b"written"),
+                lambda: [e.name for e in ws.list_dir_sync("d")],
+            ):
+                try:
+                    got = operation()
+                except WorkspaceError:
+                    outcomes["refused"] += 1
+                    continue
+                outcomes["ok"] += 1
+                if isinstance(got, bytes):
+                    assert got == b"inside\n"
+                elif isinstance(got, list):
+                    assert "secret.txt" not in got
+    _outside_untouched(world)
+    assert swaps[0] > 100, swaps
+    assert outcomes["ok"] > 0, outcomes
