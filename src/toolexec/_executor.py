@@ -122,7 +122,7 @@ class BatchOutcome:
     cancelled: bool = False
 
 
-@attrs.define(eq=False)
+@attrs.define(eq=False, on_setattr=attrs.setters.NO_OP)
 class ToolExecutor:
     """Runs batches of tool calls: routed, admitted, ordered, bounded.
 
@@ -312,7 +312,7 @@ class ToolExecutor:
             return
         slot.grant = decision.grant
         slot.needs_approval = None if mode is ApprovalMode.AUTO else mode
-        slot.routing = self._routing_class(definition, slot.arguments)
+        slot.routing = self._routing_class(entry, slot.arguments)
         slot.advance(State.QUEUED)
 
     def _before_hooks(self, slot: CallSlot) -> bool:
@@ -383,18 +383,20 @@ class ToolExecutor:
             return None
         return value
 
-    def _routing_class(self, definition: Any, arguments: Mapping[str, Any]) -> RoutingClass:
+    def _routing_class(self, entry: Any, arguments: Mapping[str, Any]) -> RoutingClass:
+        definition = entry.definition
         if definition.is_recursive:
             return RoutingClass.CONCURRENT_MUT
-        effects = definition.side_effects
-        if not effects.is_read_only and definition.classifier is not None:
+        if entry.read_only:
+            return RoutingClass.READ_ONLY
+        if definition.classifier is not None:
             try:
                 effects = definition.classifier(arguments)
             except Exception:
                 _log.exception("classifier of tool %r raised; routing as declared", definition.name)
-                effects = definition.side_effects
-        if isinstance(effects, SideEffects) and effects.is_read_only:
-            return RoutingClass.READ_ONLY
+            else:
+                if isinstance(effects, SideEffects) and effects.is_read_only:
+                    return RoutingClass.READ_ONLY
         if definition.name in self.config.promoted:
             return RoutingClass.CONCURRENT_MUT
         return RoutingClass.SERIAL_MUT
@@ -414,9 +416,9 @@ class ToolExecutor:
         tool_limiter = pools.per_tool.get(slot.call.name)
         class_limiter = pools.by_class[slot.routing]
         if tool_limiter is not None:
-            await tool_limiter.acquire_on_behalf_of(slot)
+            await _acquire(tool_limiter, slot)
         try:
-            await class_limiter.acquire_on_behalf_of(slot)
+            await _acquire(class_limiter, slot)
             try:
                 slot.finish(await self._invoke(slot, batch))
             finally:
@@ -585,6 +587,15 @@ class ToolExecutor:
             duration,
             slot.routing,
         )
+
+
+async def _acquire(limiter: trio.CapacityLimiter, slot: CallSlot) -> None:
+    # The fast path skips the two scheduling round trips of the async acquire
+    # when a token is free; nowait never jumps the queue of waiting calls.
+    try:
+        limiter.acquire_on_behalf_of_nowait(slot)
+    except trio.WouldBlock:
+        await limiter.acquire_on_behalf_of(slot)
 
 
 def _no_emit(_kind: str, _payload: Any) -> None:

@@ -34,12 +34,15 @@ class State(enum.Enum):
     DONE = "done"
 
 
-_ALLOWED = {
-    (State.PLANNED, State.QUEUED),
-    (State.QUEUED, State.APPROVING),
-    (State.QUEUED, State.ADMITTING),
-    (State.APPROVING, State.ADMITTING),
-    (State.ADMITTING, State.RUNNING),
+# Allowed moves to a non-final state. Looked up by identity on the hot path
+# (hashing enum members costs a Python-level call per lookup).
+_NEXT: dict[str, tuple[State, ...]] = {
+    "planned": (State.QUEUED,),
+    "queued": (State.APPROVING, State.ADMITTING),
+    "approving": (State.ADMITTING,),
+    "admitting": (State.RUNNING,),
+    "running": (),
+    "done": (),
 }
 
 
@@ -73,7 +76,7 @@ class CallSlot:
 
     def advance(self, new: State) -> None:
         """Move to a non-final state, or raise ``InternalError``."""
-        if (self.state, new) not in _ALLOWED:
+        if new not in _NEXT[self.state._value_]:
             raise InternalError(
                 f"call {self.call.id!r}: illegal transition {self.state.value} -> {new.value}"
             )

@@ -23,6 +23,11 @@ class _Entry:
     definition: ToolDefinition
     factory: ToolFactory
     schema: CompiledSchema
+    # Precomputed for routing, which runs per call.
+    read_only: bool = attrs.field(init=False)
+
+    def __attrs_post_init__(self) -> None:
+        object.__setattr__(self, "read_only", self.definition.side_effects.is_read_only)
 
 
 @attrs.define(eq=False)

@@ -185,6 +185,10 @@ class Rule:
         object.__setattr__(self, "_exact", not any(c in self.tool for c in "*?["))
         object.__setattr__(self, "_tool_regex", _glob_regex(self.tool.replace("*", "**")))
 
+    def could_match(self, tool: str) -> bool:
+        """Whether the tool pattern matches (the arguments aside)."""
+        return tool == self.tool if self._exact else bool(self._tool_regex.fullmatch(tool))
+
     def matches(self, tool: str, arguments: Mapping[str, Any]) -> bool:
         """Whether this rule applies to the call."""
         if self._exact:
@@ -249,13 +253,20 @@ class RulePolicy:
 
     rules: Sequence[Rule] = attrs.field(converter=_rule_tuple)
     default: Action = attrs.field(default="allow", validator=_action)
+    _by_tool: dict[str, tuple[Rule, ...]] = attrs.field(
+        factory=dict, init=False, repr=False, eq=False
+    )
 
     def decide(
         self, definition: ToolDefinition, arguments: Mapping[str, Any], agent_path: str
     ) -> Decision:
         """The decision of the first matching rule, else the default."""
         name = definition.name
-        for rule in self.rules:
+        candidates = self._by_tool.get(name)
+        if candidates is None:  # first call of this tool: keep only rules naming it
+            candidates = tuple(r for r in self.rules if r.could_match(name))
+            self._by_tool[name] = candidates
+        for rule in candidates:
             if rule.matches(name, arguments):
                 return rule.decision()
         if self.default == "allow":
