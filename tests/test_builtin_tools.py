@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
+import re
 import subprocess
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -26,8 +30,6 @@ from toolexec import (
 )
 
 if TYPE_CHECKING:
-    from pathlib import Path
-
     from toolexec import ExecutionStrategy
 
 SECRET = "SECRET-OUTSIDE"
@@ -342,3 +344,22 @@ async def test_mixed_batches_give_the_sequential_results(
         outcome = await executor.execute_batch(BATCH)
         assert [r.text for r in outcome.results] == EXPECTED
         assert not any(r.is_error for r in outcome.results)
+
+
+# -- the documentation pages run and print what they show ---------------------------------
+
+
+@pytest.mark.parametrize("page", ["tools.md", "workspace.md"])
+def test_docs_page_examples_print_what_the_page_shows(
+    page: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    text = (Path(__file__).parent.parent / "docs" / page).read_text()
+    code = re.findall(r"```python\n(.*?)```", text, flags=re.DOTALL)
+    shown = re.findall(r"\nprints\n\n```\n(.*?)```", text, flags=re.DOTALL)
+    monkeypatch.chdir(tmp_path)
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        exec(compile("\n".join(code), page, "exec"), {"__name__": f"docs_{page}"})
+    expected = "".join(shown)
+    pattern = ".*".join(re.escape(part) for part in expected.split("..."))
+    assert re.fullmatch(pattern, out.getvalue(), flags=re.DOTALL), out.getvalue()
