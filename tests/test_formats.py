@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -393,3 +395,12 @@ def test_undetectable_and_unknown_formats() -> None:
         formats.parse_calls([1, 2])
     with pytest.raises(FormatError, match="unknown format 'gemini'; use one of"):
         formats.render_results([], "gemini")
+
+
+def test_formats_doc_examples_run() -> None:
+    page = (Path(__file__).parent.parent / "docs" / "formats.md").read_text()
+    blocks = re.findall(r"```python\n(.*?)```", page, flags=re.DOTALL)
+    assert len(blocks) == 4
+    namespace: dict[str, Any] = {"__name__": "formats_doc"}
+    for block in blocks:
+        exec(compile(block, "docs/formats.md", "exec"), namespace)

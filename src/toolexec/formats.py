@@ -217,6 +217,8 @@ def _parse_responses(r: _Reader, data: Mapping[str, Any]) -> ModelResponse:
                     _arguments(r, item, "arguments", here),
                 )
             )
+        elif kind == "custom_tool_call":
+            raise r.fail(f"{here}.type", "unsupported tool call type 'custom_tool_call'")
         elif kind == "message":
             for j, part in enumerate(r.get(item, "content", here, list)):
                 part = r.obj(part, f"{here}.content[{j}]")

@@ -1,0 +1,351 @@
+"""The ``toolexec`` command: run a provider response's tool calls against a workspace.
+
+``toolexec exec RESPONSE.json --workspace DIR`` reads an LLM response in the
+OpenAI Chat Completions, OpenAI Responses or Anthropic Messages format, runs
+its tool calls through a ``ToolExecutor`` with the built-in tools, and prints
+the provider-format result messages as JSON on stdout. The plan of runs,
+live progress and approval prompts go to stderr, so stdout stays a clean
+JSON document to pipe on.
+
+Exit codes: 0 the batch ran (even if some results are errors: those are for
+the model); 1 an unexpected failure (a bug: please report it); 2 a usage
+error (bad arguments, an unreadable or malformed file, a missing
+workspace); 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tomllib
+import traceback
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, NoReturn, TextIO
+
+import attrs
+import trio
+
+from . import formats
+from ._approval import ApprovalConfig, AutoApprover, TerminalApprover
+from ._builtins import register_builtin_tools
+from ._events import (
+    ApprovalRequested,
+    ApprovalResolved,
+    CallCompleted,
+    CallFailed,
+    CallProgress,
+    CallStarted,
+    RunStarted,
+)
+from ._executor import ToolExecutor
+from ._policy import AllowAll
+from ._registry import ToolRegistry
+from ._trace import TraceRecorder
+from ._workspace import Workspace
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from ._events import Event, EventSink
+    from ._policy import ToolPolicy
+    from ._types import ToolCall, ToolResult
+
+__all__ = ["main"]
+
+EXIT_OK, EXIT_FAILURE, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+
+
+class UsageError(Exception):
+    """A problem the user can fix; the message says how. Exit code 2."""
+
+
+# -- arguments --------------------------------------------------------------------
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="toolexec",
+        description="Run the tool calls of an LLM response through the toolexec executor.",
+        epilog="Run 'toolexec COMMAND --help' for the options of a command.",
+    )
+    parser.add_argument("--version", action="version", version=f"toolexec {_version()}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    run = commands.add_parser(
+        "exec",
+        help="run the tool calls of a provider response file and print the result messages",
+        description=(
+            "Read a provider response (OpenAI Chat Completions, OpenAI Responses or "
+            "Anthropic Messages), run its tool calls against a workspace with the built-in "
+            "tools (read_file, write_file, edit_file, list_dir, search_files, echo, shell), "
+            "and print the result messages in the same format as JSON on stdout. The plan, "
+            "progress and approval prompts go to stderr. Reads run without asking; writes "
+            "and commands ask for approval on the terminal unless --yes is given."
+        ),
+        epilog=(
+            "exit codes: 0 the batch ran (error results included), 1 unexpected failure, "
+            "2 usage error (bad file, missing workspace), 130 interrupted"
+        ),
+    )
+    run.add_argument("response", metavar="RESPONSE.json", help="the provider response, as JSON")
+    run.add_argument(
+        "--workspace", "-w", required=True, metavar="DIR", help="the directory tools work in"
+    )
+    run.add_argument(
+        "--format",
+        "-f",
+        choices=formats.FORMATS,
+        help="the response format (default: detected from the file)",
+    )
+    run.add_argument(
+        "--yes", "-y", action="store_true", help="approve every call that would ask for approval"
+    )
+    run.add_argument(
+        "--policy",
+        metavar="FILE",
+        help="a .toml or .json policy: allow/deny/ask rules and approval modes (see docs/cli.md)",
+    )
+    run.add_argument(
+        "--trace", metavar="FILE", help="write a Chrome trace-event timeline (opens in Perfetto)"
+    )
+    run.add_argument("--no-shell", action="store_true", help="do not offer the shell tool")
+    run.add_argument(
+        "--quiet", "-q", action="store_true", help="print no plan or progress on stderr"
+    )
+    tools = commands.add_parser(
+        "tools",
+        help="print the built-in tools as a provider's 'tools' request parameter",
+        description="Print the built-in tool definitions in a provider's tool schema, as JSON.",
+    )
+    tools.add_argument("--format", "-f", choices=formats.FORMATS, default="openai-chat")
+    tools.add_argument("--no-shell", action="store_true", help="leave the shell tool out")
+    return parser
+
+
+def _version() -> str:
+    from . import __version__
+
+    return __version__
+
+
+# -- loading ----------------------------------------------------------------------
+
+
+def _load_response(path: str, fmt: str | None) -> tuple[str, tuple[ToolCall, ...]]:
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise UsageError(f"cannot read {path}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError:
+        raise UsageError(f"{path} is not UTF-8 text; pass a JSON response file") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise UsageError(
+            f"{path} is not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg}); "
+            "pass the provider's response body saved as JSON"
+        ) from None
+    try:
+        name = fmt or formats.detect_format(data)
+        return name, formats.parse_calls(data, name)
+    except formats.FormatError as exc:
+        hint = "" if fmt else " (or pass --format if the detection was wrong)"
+        raise UsageError(f"{path}: {exc}; fix the file{hint}") from None
+
+
+def _load_policy(path: str | None) -> tuple[ToolPolicy | None, ApprovalConfig]:
+    if path is None:
+        return None, ApprovalConfig()
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+        data = tomllib.loads(text) if path.endswith(".toml") else json.loads(text)
+    except OSError as exc:
+        raise UsageError(f"cannot read policy {path}: {exc.strerror or exc}") from None
+    except (tomllib.TOMLDecodeError, json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise UsageError(f"policy {path} does not parse: {exc}") from None
+    if not isinstance(data, dict):
+        raise UsageError(f"policy {path}: expected an object with 'rules' and 'approval'")
+    approval = data.pop("approval", {})
+    try:
+        config = _approval_config(approval)
+        policy = _rule_policy(data) if data else None
+    except (ValueError, TypeError) as exc:
+        raise UsageError(f"policy {path}: {exc}") from None
+    return policy, config
+
+
+def _approval_config(data: Any) -> ApprovalConfig:
+    if not isinstance(data, dict):
+        raise ValueError("'approval' must be a table of side effect -> mode")
+    data = dict(data)
+    tools = data.pop("tools", {})
+    timeout = data.pop("timeout", 300.0)
+    return ApprovalConfig(modes=data, per_tool=tools, timeout=timeout)
+
+
+def _rule_policy(data: dict[str, Any]) -> ToolPolicy:
+    from . import _rules
+
+    policy: ToolPolicy = _rules.RulePolicy.from_dict(data)
+    return policy
+
+
+# -- output -----------------------------------------------------------------------
+
+
+@attrs.define(eq=False)
+class ProgressPrinter:
+    """An event sink printing one line per step of a batch to a text stream."""
+
+    stream: TextIO
+    echo_answers: bool = False
+    origin: float | None = None
+    _prompted: bool = attrs.field(default=False, init=False)
+
+    def emit(self, event: Event) -> None:
+        """Print the event, if it is one people follow."""
+        if self.origin is None:
+            self.origin = event.time
+        if isinstance(event, ApprovalRequested):
+            self._prompted = self.echo_answers
+        line = _progress_line(event)
+        if line:
+            # An answer piped in is not echoed: end the prompt's line ourselves.
+            start = "\n" if self._prompted and isinstance(event, ApprovalResolved) else ""
+            self._prompted = False
+            self.stream.write(f"{start}[{event.time - self.origin:7.3f}s] {line}\n")
+            self.stream.flush()
+
+
+def _progress_line(event: Event) -> str | None:
+    if isinstance(event, RunStarted):
+        return f"run {event.index} ({event.routing.value}): {len(event.call_ids)} call(s)"
+    if isinstance(event, CallStarted):
+        return f"  start    {event.call_id} {event.tool_name}"
+    if isinstance(event, CallProgress):
+        return f"  progress {event.call_id} {event.tool_name}: {event.message}"
+    if isinstance(event, ApprovalResolved):
+        verdict = "approved" if event.approved else "denied"
+        return f"  {verdict:<8} {event.call_id} {event.tool_name} (by {event.by})"
+    if isinstance(event, CallCompleted):
+        return f"  ok       {event.call_id} {event.tool_name} ({event.duration * 1000:.1f} ms)"
+    if isinstance(event, CallFailed):
+        first = event.message.splitlines()[0] if event.message else ""
+        return f"  error    {event.call_id} {event.tool_name} [{event.error_class.value}] {first}"
+    return None
+
+
+def _summary(results: Sequence[ToolResult]) -> str:
+    errors = [r for r in results if r.is_error]
+    kinds = sorted({r.error_class.value for r in errors if r.error_class is not None})
+    detail = f" ({', '.join(kinds)})" if kinds else ""
+    return (
+        f"{len(results)} call(s): {len(results) - len(errors)} ok, {len(errors)} error(s){detail}"
+    )
+
+
+# -- running ----------------------------------------------------------------------
+
+
+@attrs.frozen
+class _Job:
+    format: str
+    calls: tuple[ToolCall, ...]
+    workspace: Workspace
+    policy: ToolPolicy
+    approval: ApprovalConfig
+
+
+def _load_job(args: argparse.Namespace) -> _Job:
+    fmt, calls = _load_response(args.response, args.format)
+    if not Path(args.workspace).is_dir():
+        raise UsageError(
+            f"workspace {args.workspace!r} is not an existing directory; "
+            "create it or pass another with --workspace"
+        )
+    policy, approval = _load_policy(args.policy)
+    return _Job(fmt, calls, Workspace(args.workspace), policy or AllowAll(), approval)
+
+
+async def _exec(
+    job: _Job, args: argparse.Namespace, stdin: TextIO, stderr: TextIO
+) -> list[dict[str, Any]]:
+    registry = ToolRegistry()
+    register_builtin_tools(registry, job.workspace, shell=not args.no_shell)
+    recorder = TraceRecorder() if args.trace else None
+    printer = ProgressPrinter(stderr, echo_answers=not args.yes and not _isatty(stdin))
+    sinks: list[EventSink] = [] if args.quiet else [printer]
+    if recorder is not None:
+        sinks.append(recorder)
+    executor = ToolExecutor(
+        registry,
+        policy=job.policy,
+        sinks=sinks,
+        workspace=job.workspace,
+        approver=AutoApprover(by="--yes") if args.yes else TerminalApprover(stdin, stderr),
+        approval=job.approval,
+    )
+    batch = executor.prepare(job.calls)
+    if not args.quiet:
+        plan = batch.plan.describe() or "(no call to run)"
+        stderr.write(f"{job.format}: {len(job.calls)} tool call(s)\nplan:\n{_indent(plan)}\n")
+    outcome = await batch.run()
+    if not args.quiet:
+        stderr.write(_summary(outcome.results) + "\n")
+    if recorder is not None:
+        _write_trace(args.trace, recorder)
+    return formats.render_results(outcome.results, job.format)
+
+
+def _isatty(stream: TextIO) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+def _indent(text: str) -> str:
+    return "\n".join(f"  {line}" for line in text.splitlines())
+
+
+def _write_trace(path: str, recorder: TraceRecorder) -> None:
+    try:
+        Path(path).write_text(json.dumps(recorder.chrome_trace(), indent=1), encoding="utf-8")
+    except OSError as exc:
+        raise UsageError(f"cannot write the trace to {path}: {exc.strerror or exc}") from None
+
+
+def _tools(args: argparse.Namespace) -> list[dict[str, Any]]:
+    registry = ToolRegistry()
+    register_builtin_tools(registry, Workspace("."), shell=not args.no_shell)
+    return formats.render_tools(registry.definitions(), args.format)
+
+
+def _fail(stderr: TextIO, message: str, code: int) -> NoReturn:
+    stderr.write(f"toolexec: error: {message}\n")
+    raise SystemExit(code)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the ``toolexec`` command line; return the exit code.
+
+    Args:
+        argv: the arguments after the program name (default: ``sys.argv[1:]``).
+    """
+    stdin, stdout, stderr = sys.stdin, sys.stdout, sys.stderr
+    args = _parser().parse_args(argv)  # exits 2 on a usage error, 0 on --help
+    try:
+        if args.command == "tools":
+            output = _tools(args)
+        else:
+            output = trio.run(_exec, _load_job(args), args, stdin, stderr)
+    except UsageError as exc:
+        _fail(stderr, str(exc), EXIT_USAGE)
+    except KeyboardInterrupt:
+        _fail(stderr, "interrupted", EXIT_INTERRUPTED)
+    except Exception:
+        traceback.print_exc(file=stderr)
+        _fail(stderr, "unexpected failure (this is a bug in toolexec; please report it)", 1)
+    stdout.write(json.dumps(output, indent=2, ensure_ascii=False) + "\n")
+    stdout.flush()
+    return EXIT_OK

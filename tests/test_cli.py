@@ -1,0 +1,240 @@
+"""The ``toolexec`` command, run for real in a subprocess against a copied workspace."""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from toolexec import formats
+
+ROOT = Path(__file__).parent.parent
+EXAMPLES = ROOT / "examples"
+RESPONSES = {
+    "openai-chat": EXAMPLES / "openai_chat_response.json",
+    "openai-responses": EXAMPLES / "openai_responses_response.json",
+    "anthropic": EXAMPLES / "anthropic_response.json",
+}
+
+
+def toolexec(*args: str | Path, stdin: str = "") -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "toolexec", *map(str, args)],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+    )
+
+
+@pytest.fixture
+def workspace(tmp_path: Path) -> Path:
+    target = tmp_path / "workspace"
+    shutil.copytree(EXAMPLES / "workspace", target)
+    return target
+
+
+def results_by_id(fmt: str, output: list[dict[str, Any]]) -> list[tuple[str, bool | None, str]]:
+    """(call id, is_error or None where the format has no flag, text) per result."""
+    if fmt == "openai-chat":
+        return [(m["tool_call_id"], None, m["content"]) for m in output]
+    if fmt == "openai-responses":
+        return [(i["call_id"], None, i["output"]) for i in output]
+    (message,) = output
+    return [
+        (b["tool_use_id"], b["is_error"], "".join(c["text"] for c in b.get("content", [])))
+        for b in message["content"]
+    ]
+
+
+@pytest.mark.parametrize("fmt", list(RESPONSES))
+def test_exec_runs_each_example_format(workspace: Path, fmt: str) -> None:
+    response = RESPONSES[fmt]
+    done = toolexec("exec", response, "--workspace", workspace, "--yes")
+    assert done.returncode == 0, done.stderr
+
+    output = json.loads(done.stdout)
+    calls = formats.parse_calls(json.loads(response.read_text()))
+    results = results_by_id(fmt, output)
+    assert [r[0] for r in results] == [c.id for c in calls]
+    assert all(is_error in (None, False) for _, is_error, _ in results)
+    assert not any(text.startswith("Error:") for _, _, text in results)
+    summary = (workspace / "out" / "summary.md").read_text()
+    assert results[-1][2] == summary  # the last read sees the write before it
+    assert "add a --shout flag" in results[1][2]
+    assert f"{fmt}: 5 tool call(s)" in done.stderr
+    assert "run 1 serial_mut:" in done.stderr
+    assert "5 call(s): 5 ok, 0 error(s)" in done.stderr
+
+
+def test_default_approval_asks_and_a_no_denies_the_write(workspace: Path) -> None:
+    done = toolexec(
+        "exec", RESPONSES["anthropic"], "--workspace", workspace, stdin="n\n"
+    )  # reads run unasked; only the write prompts
+    assert done.returncode == 0, done.stderr
+    results = results_by_id("anthropic", json.loads(done.stdout))
+    assert [r[1] for r in results] == [False, False, False, True, True]
+    assert "The user denied this call of 'write_file'" in results[3][2]
+    assert not (workspace / "out").exists()
+    assert "approve root: write_file [write]" in done.stderr
+    assert done.stderr.count("? [y/N]") == 1
+    assert "user_denied" in done.stderr
+
+
+def test_closed_stdin_means_no(workspace: Path) -> None:
+    done = toolexec("exec", RESPONSES["openai-chat"], "--workspace", workspace)
+    assert done.returncode == 0, done.stderr
+    write = json.loads(done.stdout)[3]
+    assert write["content"].startswith("Error: The user denied")
+    assert not (workspace / "out").exists()
+
+
+def test_a_yes_on_stdin_approves(workspace: Path) -> None:
+    done = toolexec("exec", RESPONSES["openai-responses"], "-w", workspace, stdin="y\n")
+    assert done.returncode == 0, done.stderr
+    assert (workspace / "out" / "summary.md").exists()
+    assert "approved call_gF1dS5aP9oI3uY7t write_file (by terminal)" in done.stderr
+
+
+def test_trace_has_one_slice_per_call(workspace: Path, tmp_path: Path) -> None:
+    trace_file = tmp_path / "trace.json"
+    done = toolexec(
+        "exec", RESPONSES["anthropic"], "-w", workspace, "--trace", trace_file, stdin="n\n"
+    )
+    assert done.returncode == 0, done.stderr
+    trace = json.loads(trace_file.read_text())
+    events = trace["traceEvents"]
+    for event in events:
+        assert event["ph"] in ("X", "M")
+        assert isinstance(event["pid"], int)
+        assert isinstance(event["tid"], int)
+        if event["ph"] == "X":
+            assert event["ts"] >= 0
+            assert event["dur"] >= 0
+            assert isinstance(event["name"], str)
+    calls = [e for e in events if e["ph"] == "X" and e["cat"] == "call"]
+    ids = [c.id for c in formats.parse_calls(json.loads(RESPONSES["anthropic"].read_text()))]
+    assert sorted(e["args"]["call_id"] for e in calls) == sorted(ids)
+    assert len({e["tid"] for e in calls}) == len(ids)  # one lane per call
+    runs = [e for e in events if e["ph"] == "X" and e["cat"] == "run"]
+    assert [r["name"] for r in sorted(runs, key=lambda r: r["ts"])] == [
+        "run 0 read_only",
+        "run 1 serial_mut",
+        "run 2 read_only",
+    ]
+    write_lane = next(e["tid"] for e in calls if e["args"]["tool"] == "write_file")
+    approval = [e for e in events if e.get("cat") == "approval" and e["tid"] == write_lane]
+    assert len(approval) == 1
+    assert approval[0]["args"]["approved"] is False
+    executed = {e["tid"] for e in events if e.get("cat") == "execute"}
+    assert write_lane not in executed
+    assert len(executed) == 4
+    for call in calls:  # every phase slice nests inside its call's slice
+        for part in (e for e in events if e["ph"] == "X" and e["tid"] == call["tid"]):
+            assert call["ts"] <= part["ts"]
+            assert part["ts"] + part["dur"] <= call["ts"] + call["dur"] + 0.01
+
+
+def test_policy_file_rules_and_approval_modes(workspace: Path, tmp_path: Path) -> None:
+    policy = tmp_path / "policy.toml"
+    policy.write_text(
+        'default = "allow"\n'
+        "[[rules]]\n"
+        'action = "deny"\n'
+        'tool = "read_file"\n'
+        'args = { path = { glob = "notes/**" } }\n'
+        'reason = "notes are private"\n'
+        "[approval]\n"
+        'write = "auto"\n'
+    )
+    done = toolexec("exec", RESPONSES["openai-chat"], "-w", workspace, "--policy", policy)
+    assert done.returncode == 0, done.stderr
+    texts = [m["content"] for m in json.loads(done.stdout)]
+    assert texts[1] == "Error: Permission denied for tool 'read_file': notes are private"
+    assert texts[3].startswith("Created 'out/summary.md'")  # writes are auto in this policy
+    assert "? [y/N]" not in done.stderr
+
+
+def test_malformed_json_is_a_usage_error(tmp_path: Path, workspace: Path) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"choices": [')
+    done = toolexec("exec", bad, "--workspace", workspace)
+    assert done.returncode == 2
+    assert "is not valid JSON (line 1, column 14" in done.stderr
+    assert done.stdout == ""
+
+
+def test_malformed_response_names_the_field(tmp_path: Path, workspace: Path) -> None:
+    data = json.loads(RESPONSES["openai-chat"].read_text())
+    del data["choices"][0]["message"]["tool_calls"][2]["function"]["name"]
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(data))
+    done = toolexec("exec", bad, "--workspace", workspace)
+    assert done.returncode == 2
+    assert "field choices[0].message.tool_calls[2].function.name: missing" in done.stderr
+    unknown = tmp_path / "unknown.json"
+    unknown.write_text('{"candidates": []}')
+    done = toolexec("exec", unknown, "--workspace", workspace)
+    assert done.returncode == 2
+    assert "cannot tell the provider format" in done.stderr
+    assert "--format" in done.stderr
+
+
+def test_missing_workspace_and_missing_file(tmp_path: Path) -> None:
+    done = toolexec("exec", RESPONSES["anthropic"], "--workspace", tmp_path / "nope")
+    assert done.returncode == 2
+    assert "is not an existing directory; create it or pass another with --workspace" in (
+        done.stderr
+    )
+    done = toolexec("exec", tmp_path / "missing.json", "--workspace", tmp_path)
+    assert done.returncode == 2
+    assert "cannot read" in done.stderr
+    done = toolexec("exec", RESPONSES["anthropic"])
+    assert done.returncode == 2
+    assert "--workspace" in done.stderr
+
+
+@pytest.mark.parametrize("args", [("--help",), ("exec", "--help"), ("tools", "--help")])
+def test_every_command_has_help(args: tuple[str, ...]) -> None:
+    done = toolexec(*args)
+    assert done.returncode == 0
+    assert "usage: toolexec" in done.stdout
+
+
+def test_tools_prints_provider_tool_schemas() -> None:
+    done = toolexec("tools", "--format", "anthropic", "--no-shell")
+    assert done.returncode == 0, done.stderr
+    names = [t["name"] for t in json.loads(done.stdout)]
+    assert names == ["read_file", "write_file", "edit_file", "list_dir", "search_files", "echo"]
+    done = toolexec("tools", "--format", "gemini")
+    assert done.returncode == 2
+    assert "invalid choice" in done.stderr
+
+
+def test_cli_doc_commands_run(workspace: Path, tmp_path: Path) -> None:
+    page = (ROOT / "docs" / "cli.md").read_text()
+    (tmp_path / "policy.toml").write_text(re.findall(r"```toml\n(.*?)```", page, re.DOTALL)[0])
+    commands = [
+        line
+        for block in re.findall(r"```sh\n(.*?)```", page, re.DOTALL)
+        for line in block.splitlines()
+        if "toolexec exec" in line
+    ]
+    assert len(commands) == 4
+    for line in commands:
+        stdin, _, command = line.rpartition("| ")
+        args = shlex.split(command)[2:]
+        args = [str(workspace) if a == "examples/workspace" else a for a in args]
+        args = [str(tmp_path / a) if a in ("policy.toml", "trace.json") else a for a in args]
+        done = toolexec("exec", *args, stdin="n\n" if stdin else "")
+        assert done.returncode == 0, (line, done.stderr)
+        assert json.loads(done.stdout)
+    assert json.loads((tmp_path / "trace.json").read_text())["traceEvents"]
