@@ -24,6 +24,7 @@ from toolexec import (
     ErrorClass,
     Event,
     ModelResponse,
+    Sequential,
     SideEffects,
     StopReason,
     SubAgentTool,
@@ -303,6 +304,36 @@ def test_limits_are_validated() -> None:
         TreeLimits(max_agents=0)
     with pytest.raises(ValueError, match="max_depth"):
         TreeLimits(max_depth=-1)
+
+
+def test_tools_must_be_a_list_of_names() -> None:
+    with pytest.raises(TypeError, match="list of tool names"):
+        researcher_tool(ScriptedModel([]), tools="lookup")
+
+
+async def test_steering_skips_sub_agents_not_yet_started() -> None:
+    polls = []
+
+    def steering() -> list[str]:
+        polls.append(1)
+        return ["never mind"] if len(polls) == 1 else []
+
+    made: list[ScriptedModel] = []
+
+    def model() -> ScriptedModel:
+        made.append(ScriptedModel(["child done"]))
+        return made[-1]
+
+    executor = make_executor(researcher_tool(model), strategy=Sequential(), steering=steering)
+    root = ScriptedModel([[delegate("a"), delegate("b")], lambda m: m[-1].text])
+    result = await AgentLoop(root, executor).run("go")
+    first, second = result.transcript[2].tool_results
+    assert first.text == "child done"
+    assert second.error_class is ErrorClass.SKIPPED
+    assert len(made) == 1
+    assert result.text == "never mind"
+    assert executor.tree is not None
+    assert executor.tree.statistics().started == 1
 
 
 # -- permissions ---------------------------------------------------------------------

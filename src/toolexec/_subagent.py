@@ -252,6 +252,8 @@ _TASK_SCHEMA: Mapping[str, Any] = {
 
 
 def _tool_names(value: Sequence[str] | None) -> tuple[str, ...] | None:
+    if isinstance(value, str):
+        raise TypeError(f"tools must be a list of tool names, not the string {value!r}")
     return None if value is None else tuple(value)
 
 
@@ -339,7 +341,10 @@ class SubAgentTool:
             "stop_reason": result.stop_reason.value,
             "turns": result.turns,
             "tool_calls": result.tool_calls,
-            "usage": attrs.asdict(result.usage),
+            "usage": {
+                "input_tokens": result.usage.input_tokens,
+                "output_tokens": result.usage.output_tokens,
+            },
         }
         if result.stop_reason is StopReason.FINISHED:
             return ToolOutput.text(result.text, **details)
