@@ -549,6 +549,7 @@ class ToolExecutor:
         except ToolError as exc:
             failure = _error(slot, exc.error_class, exc.message)
         except Exception as exc:
+            _log.error("tool %r raised in call %r", call.name, call.id, exc_info=True)
             failure = _error(
                 slot,
                 ErrorClass.EXECUTION_ERROR,
