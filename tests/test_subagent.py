@@ -354,7 +354,7 @@ async def test_child_tools_are_a_subset_of_the_parent() -> None:
 async def test_a_child_cannot_name_a_tool_its_parent_lacks() -> None:
     child = ScriptedModel(["unreachable"])
     sub = researcher_tool(child, tools=["lookup", "deploy"])
-    executor = make_executor(sub)
+    executor = make_executor(sub, tree=AgentTree())
     result = await AgentLoop(ScriptedModel([delegate("x"), "done"]), executor).run("go")
     sub_result = result.transcript[2].tool_results[0]
     assert sub_result.error_class is ErrorClass.PERMISSION_DENIED
@@ -362,6 +362,7 @@ async def test_a_child_cannot_name_a_tool_its_parent_lacks() -> None:
     assert child.remaining == 1
     assert executor.tree is not None
     assert executor.tree.statistics().live_agents == 1
+    assert executor.tree.statistics().started == 0
 
 
 class DenyShellAtRoot:

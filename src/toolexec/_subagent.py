@@ -39,6 +39,7 @@ if TYPE_CHECKING:
     from ._executor import ToolExecutor
     from ._model import Model
     from ._policy import Decision, ToolPolicy
+    from ._registry import ToolRegistry
     from ._tool import ToolContext
 
 __all__ = ["AgentTree", "SubAgentTool", "TreeLimits", "TreeStatistics"]
@@ -323,10 +324,13 @@ class SubAgentTool:
         parent = ctx.executor
         if parent is None:
             raise ToolError(f"Sub-agent '{self.name}' needs an executor to fork; none was given.")
+        registry = self._child_registry(parent)  # refuses before reserving a place
         if parent.tree is None:
             parent.tree = AgentTree()
         with parent.tree.enter(parent.agent_path, self.name, self.limits) as unique:
-            child = self._fork(parent, unique)
+            child = parent.fork_for_subagent(unique)
+            child.registry = registry
+            child.policy = _NarrowedPolicy.below(parent.policy, parent.agent_path)
             loop = AgentLoop(
                 self._model(),
                 child,
@@ -361,21 +365,19 @@ class SubAgentTool:
             **details,
         )
 
-    def _fork(self, parent: ToolExecutor, unique: str) -> ToolExecutor:
-        child = parent.fork_for_subagent(unique)
-        if self.tools is not None:
-            missing = [n for n in self.tools if n not in parent.registry]
-            if missing:
-                have = ", ".join(parent.registry.names()) or "(none)"
-                raise ToolError(
-                    f"Sub-agent '{self.name}' was not started: its parent agent "
-                    f"'{parent.agent_path}' has no tool named {', '.join(map(repr, missing))} "
-                    f"(it has: {have}); a sub-agent only gets tools its parent has.",
-                    error_class=ErrorClass.PERMISSION_DENIED,
-                )
-            child.registry = parent.registry.subset(self.tools)
-        child.policy = _NarrowedPolicy.below(parent.policy, parent.agent_path)
-        return child
+    def _child_registry(self, parent: ToolExecutor) -> ToolRegistry:
+        if self.tools is None:
+            return parent.registry
+        missing = [n for n in self.tools if n not in parent.registry]
+        if missing:
+            have = ", ".join(parent.registry.names()) or "(none)"
+            raise ToolError(
+                f"Sub-agent '{self.name}' was not started: its parent agent "
+                f"'{parent.agent_path}' has no tool named {', '.join(map(repr, missing))} "
+                f"(it has: {have}); a sub-agent only gets tools its parent has.",
+                error_class=ErrorClass.PERMISSION_DENIED,
+            )
+        return parent.registry.subset(self.tools)
 
     def _model(self) -> Model:
         # A plain attribute check: isinstance against a runtime Protocol is slow.
