@@ -291,3 +291,9 @@ async def test_read_only_commands_route_as_read_only(root: Path) -> None:
         RoutingClass.READ_ONLY,
         RoutingClass.SERIAL_MUT,
     ]
+
+
+async def test_a_command_that_cannot_be_an_argument_is_refused(root: Path) -> None:
+    result = await shell(_executor(root), "echo a\x00b")
+    assert result.error_class is ErrorClass.INVALID_ARGUMENTS
+    assert "NUL byte" in result.text

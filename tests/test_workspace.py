@@ -13,7 +13,15 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from toolexec import ErrorClass, Workspace, WorkspaceError
+from toolexec import (
+    EditFileTool,
+    ErrorClass,
+    SearchFilesTool,
+    ToolError,
+    Workspace,
+    WorkspaceError,
+)
+from toolexec._builtins import _SearchState
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -233,7 +241,7 @@ def _exchange() -> object:
 @contextlib.contextmanager
 def _swapping(root: Path, outside: Path) -> Iterator[list[int]]:
     """Keep swapping root/d between a real directory and a link to ``outside``."""
-    (root / "d").mkdir()
+    (root / "d").mkdir(exist_ok=True)
     (root / "d" / "f.txt").write_bytes(b"inside\n")
     os.symlink(outside, root / "d.swap")
     d, swap_name = os.fsencode(root / "d"), os.fsencode(root / "d.swap")
@@ -267,18 +275,36 @@ def _swapping(root: Path, outside: Path) -> Iterator[list[int]]:
 
 def test_a_link_swapped_in_during_operations_never_leaks(world: dict[str, Path]) -> None:
     root, outside = world["root"], world["outside"]
+    (outside / "e.txt").write_bytes(SECRET)  # what an edit through the link would hit
     ws = Workspace(root)
+    edit = EditFileTool(ws)
+    search = SearchFilesTool(ws)
     outcomes: dict[str, int] = {"ok": 0, "refused": 0}
+
+    def searched() -> list[bytes]:
+        start = search._start("d")
+        try:
+            return [data for _name, data in search._files("d", start, None, _SearchState())]
+        finally:
+            if isinstance(start, int):
+                os.close(start)
+
+    (root / "d").mkdir()
+    (root / "d" / "e.txt").write_bytes(b"alpha")  # before the swapping starts
     with _swapping(root, outside) as swaps:
-        for i in range(1500):
+        for i in range(1000):
             for operation in (
                 lambda: ws.read_bytes_sync("d/f.txt"),
                 lambda i=i: ws.write_bytes_sync(f"d/w{i % 7}.txt", b"written"),
                 lambda: [e.name for e in ws.list_dir_sync("d")],
+                lambda i=i: edit._edit(
+                    "d/e.txt", *(("alpha", "beta") if i % 2 else ("beta", "alpha"))
+                ),
+                searched,
             ):
                 try:
                     got = operation()
-                except WorkspaceError:
+                except ToolError:  # refused, or an edit that found the other word
                     outcomes["refused"] += 1
                     continue
                 outcomes["ok"] += 1
@@ -286,6 +312,9 @@ def test_a_link_swapped_in_during_operations_never_leaks(world: dict[str, Path])
                     assert got == b"inside\n"
                 elif isinstance(got, list):
                     assert "secret.txt" not in got
-    _outside_untouched(world)
+                    assert SECRET not in got
+    assert sorted(p.name for p in outside.iterdir()) == ["e.txt", "secret.txt"]
+    assert (outside / "secret.txt").read_bytes() == SECRET
+    assert (outside / "e.txt").read_bytes() == SECRET
     assert swaps[0] > 100, swaps
     assert outcomes["ok"] > 0, outcomes

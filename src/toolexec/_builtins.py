@@ -490,12 +490,16 @@ class SearchFilesTool:
         path = arguments.get("path", ".")
         limit = int(arguments.get("max_results", 100))
         start = await trio.to_thread.run_sync(self._start, path)
-        files = self._files(path, start, arguments.get("glob"), state := _SearchState())
         try:
-            with trio.move_on_after(self.time_limit) as bound:
-                await self._match(files, pattern, int(flags), limit, state)
+            files = self._files(path, start, arguments.get("glob"), state := _SearchState())
+            try:
+                with trio.move_on_after(self.time_limit) as bound:
+                    await self._match(files, pattern, int(flags), limit, state)
+            finally:
+                files.close()
         finally:
-            files.close()
+            if isinstance(start, int):
+                os.close(start)
         return self._report(path, pattern, limit, state, bound.cancelled_caught)
 
     async def _match(
@@ -577,20 +581,37 @@ class SearchFilesTool:
             if not _is_binary(start):
                 yield path, start
             return
+        walk = walk_tree(start, "", 1 << 30, state.problems)
         try:
-            for rel, entry, _level, parent in walk_tree(start, "", 1 << 30, state.problems):
-                if entry.kind != "file" or (glob and not fnmatch.fnmatchcase(entry.name, glob)):
-                    continue
-                if "/.git/" in f"/{rel}" or (entry.size or 0) > self.max_file_bytes:
-                    state.skipped += 1
-                    continue
-                data = _read_at(parent, entry.name, rel)
-                if data is None or _is_binary(data):
-                    state.skipped += 1
-                    continue
-                yield (rel if path in (".", "") else f"{path.rstrip('/')}/{rel}"), data
+            yield from self._readable(walk, path, glob, state)
         finally:
-            os.close(start)
+            walk.close()
+
+    def _readable(
+        self,
+        walk: Generator[tuple[str, DirEntry, int, int], None, None],
+        path: str,
+        glob: str | None,
+        state: _SearchState,
+    ) -> Generator[tuple[str, bytes], None, None]:
+        while True:
+            try:
+                rel, entry, _level, parent = next(walk)
+            except StopIteration:
+                return
+            except OSError as exc:  # the top directory could not be listed
+                state.problems.append(f"{show(path)} could not be listed ({exc.strerror})")
+                return
+            if entry.kind != "file" or (glob and not fnmatch.fnmatchcase(entry.name, glob)):
+                continue
+            if "/.git/" in f"/{rel}" or (entry.size or 0) > self.max_file_bytes:
+                state.skipped += 1
+                continue
+            data = _read_at(parent, entry.name, rel, self.max_file_bytes)
+            if data is None or _is_binary(data):
+                state.skipped += 1
+                continue
+            yield (rel if path in (".", "") else f"{path.rstrip('/')}/{rel}"), data
 
     def _report(
         self, path: str, pattern: str, limit: int, state: _SearchState, timed_out: bool
@@ -631,15 +652,19 @@ def _take(files: Iterator[tuple[str, bytes]], budget: int) -> list[tuple[str, by
     return batch
 
 
-def _read_at(parent: int, name: str, rel: str) -> bytes | None:
+def _read_at(parent: int, name: str, rel: str, cap: int) -> bytes | None:
+    """Read a file relative to ``parent``; ``None`` if it is refused or over ``cap``."""
     try:
         fd, _size = open_regular_at(parent, name, rel)
     except WorkspaceError:
         return None
     try:
-        chunks = []
+        chunks, size = [], 0
         while chunk := os.read(fd, 1 << 16):
             chunks.append(chunk)
+            size += len(chunk)
+            if size > cap:
+                return None
         return b"".join(chunks)
     finally:
         os.close(fd)

@@ -165,25 +165,32 @@ async def terminate_group(process: trio.Process, grace: float) -> None:
     """End every process in ``process``'s group: SIGTERM, up to ``grace`` s, SIGKILL.
 
     The group leader is reaped as soon as it exits so that it does not
-    count as alive. SIGKILL is sent even if this is cancelled mid-wait.
+    count as alive. SIGKILL is sent even if this is cancelled mid-wait;
+    after it, the group gets up to a second to disappear.
     """
     pgid = process.pid
     process.poll()
     if not group_alive(pgid):
         return
     _signal_group(pgid, signal.SIGTERM)
+    _signal_group(pgid, signal.SIGCONT)  # a stopped process acts on SIGTERM only once resumed
     try:
-        with trio.move_on_after(grace):
-            delay = 0.001
-            while True:
-                process.poll()
-                if not group_alive(pgid):
-                    return
-                await trio.sleep(delay)
-                delay = min(delay * 2, 0.05)
+        await _wait_gone(process, grace)
     finally:
         if group_alive(pgid):
             _signal_group(pgid, signal.SIGKILL)
+    await _wait_gone(process, 1.0)
+
+
+async def _wait_gone(process: trio.Process, limit: float) -> None:
+    with trio.move_on_after(limit):
+        delay = 0.001
+        while True:
+            process.poll()
+            if not group_alive(process.pid):
+                return
+            await trio.sleep(delay)
+            delay = min(delay * 2, 0.05)
 
 
 async def _reap(process: trio.Process, grace: float) -> None:
@@ -313,6 +320,11 @@ class ShellTool:
                 env=self._env,
                 start_new_session=True,
             )
+        except ValueError:  # a NUL byte, or characters no argument can hold
+            raise ToolError(
+                "The command contains a NUL byte or characters that cannot be encoded.",
+                error_class=ErrorClass.INVALID_ARGUMENTS,
+            ) from None
         except OSError as exc:
             raise ToolError(f"Could not start the shell {self.shell!r}: {exc}") from None
         out = OutputCapture(self.max_output_bytes)
