@@ -117,7 +117,7 @@ async def test_child_final_text_is_the_parent_tool_result() -> None:
     assert sub_result.details["agent_path"] == "root/researcher#1"
     assert sub_result.details["stop_reason"] == "finished"
     assert sub_result.details["turns"] == 2
-    assert re.fullmatch(r"loop-[0-9a-f]{16}", sub_result.details["child_loop_id"])
+    assert re.fullmatch(r"loop-[0-9a-f]{16,}", sub_result.details["child_loop_id"])
     # The child saw its system prompt, its task and the tools it may use.
     first = child_model.requests[0]
     assert [m.text for m in first.messages] == ["You research.", "find the population"]

@@ -20,7 +20,8 @@ in flight is cancelled in an orderly way, so every call still gets its
 from __future__ import annotations
 
 import enum
-import uuid
+import itertools
+import secrets
 from typing import TYPE_CHECKING
 
 import attrs
@@ -86,8 +87,13 @@ def _positive(_inst: object, attr: attrs.Attribute[int], value: int) -> None:
         raise ValueError(f"{attr.name} must be an integer >= 1, got {value!r}")
 
 
+# Loop ids: a random per-process prefix and a counter (cheaper than a uuid4 each).
+_ID_PREFIX = secrets.token_hex(5)
+_loop_numbers = itertools.count(1)
+
+
 def _new_loop_id() -> str:
-    return f"loop-{uuid.uuid4().hex[:16]}"
+    return f"loop-{_ID_PREFIX}{next(_loop_numbers):06x}"
 
 
 @attrs.define(eq=False)
