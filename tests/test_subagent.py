@@ -213,6 +213,16 @@ def answer_with_call(text: str) -> ModelResponse:
     return ModelResponse(text, (tool_call("lookup", {"key": text}),))
 
 
+async def test_a_failing_child_model_gives_an_error_result_and_frees_its_place() -> None:
+    executor = make_executor(researcher_tool(lambda: ScriptedModel([])), tree=AgentTree())
+    result = await AgentLoop(ScriptedModel([delegate("x"), "ok"]), executor).run("go")
+    sub = result.transcript[2].tool_results[0]
+    assert sub.error_class is ErrorClass.EXECUTION_ERROR
+    assert "ScriptExhaustedError: ScriptedModel ran out of steps" in sub.text
+    assert executor.tree is not None
+    assert executor.tree.statistics().live_agents == 1
+
+
 # -- limits -----------------------------------------------------------------------
 
 

@@ -54,7 +54,7 @@ class AgentResult:
     """What an agent loop hands back.
 
     Attributes:
-        loop_id: unique id of this loop run (sub-agents report it in their
+        loop_id: the ``AgentLoop``'s id (sub-agents report it in their
             result details as ``child_loop_id``).
         agent_path: the executor's place in the agent tree.
         stop_reason: why the loop stopped.
@@ -116,7 +116,8 @@ class AgentLoop:
         on_progress: called with a short line of text after each model
             answer (``SubAgentTool`` passes the parent call's
             ``report_progress``). It must not block; exceptions propagate.
-        loop_id: defaults to a fresh unique id.
+        loop_id: defaults to a fresh unique id; create one loop per run to
+            keep ids distinct (``SubAgentTool`` does).
     """
 
     model: Model
