@@ -284,7 +284,8 @@ def test_a_link_swapped_in_during_operations_never_leaks(world: dict[str, Path])
     def searched() -> list[bytes]:
         start = search._start("d")
         try:
-            return [data for _name, data in search._files("d", start, None, _SearchState())]
+            items = search._files("d", start, None, _SearchState())
+            return [item[1] for item in items if item is not None]
         finally:
             if isinstance(start, int):
                 os.close(start)

@@ -20,7 +20,8 @@ import os
 import re
 import subprocess
 import sys
-from typing import TYPE_CHECKING, Any
+import time
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 import attrs
 import trio
@@ -48,6 +49,7 @@ __all__ = [
 ]
 
 _BINARY_SNIFF = 8192
+_Item: TypeAlias = tuple[str, bytes] | None  # None: a heartbeat from a walk, so a batch can end
 
 
 def _schema(properties: dict[str, Any], *required: str) -> dict[str, Any]:
@@ -504,7 +506,7 @@ class SearchFilesTool:
 
     async def _match(
         self,
-        files: Iterator[tuple[str, bytes]],
+        files: Iterator[_Item],
         pattern: str,
         flags: int,
         limit: int,
@@ -529,7 +531,7 @@ class SearchFilesTool:
     async def _feed(
         self,
         process: trio.Process,
-        files: Iterator[tuple[str, bytes]],
+        files: Iterator[_Item],
         pattern: str,
         flags: int,
         limit: int,
@@ -540,7 +542,9 @@ class SearchFilesTool:
         header = {"pattern": pattern, "flags": flags, "max": limit, "width": self.line_width}
         try:
             await stdin.send_all(json.dumps(header).encode() + b"\n")
-            while batch := await trio.to_thread.run_sync(_take, files, 1 << 20):
+            done = False
+            while not done:
+                batch, done = await trio.to_thread.run_sync(_take, files, 1 << 20, 0.05)
                 for name, data in batch:
                     raw = name.encode("utf-8", "surrogateescape")
                     await stdin.send_all(b"%d %d\n" % (len(raw), len(data)) + raw + data)
@@ -576,7 +580,7 @@ class SearchFilesTool:
 
     def _files(
         self, path: str, start: int | bytes, glob: str | None, state: _SearchState
-    ) -> Generator[tuple[str, bytes], None, None]:
+    ) -> Generator[_Item, None, None]:
         if isinstance(start, bytes):
             if not _is_binary(start):
                 yield path, start
@@ -593,7 +597,8 @@ class SearchFilesTool:
         path: str,
         glob: str | None,
         state: _SearchState,
-    ) -> Generator[tuple[str, bytes], None, None]:
+    ) -> Generator[_Item, None, None]:
+        seen = 0
         while True:
             try:
                 rel, entry, _level, parent = next(walk)
@@ -602,6 +607,9 @@ class SearchFilesTool:
             except OSError as exc:  # the top directory could not be listed
                 state.problems.append(f"{show(path)} could not be listed ({exc.strerror})")
                 return
+            seen += 1
+            if seen % 256 == 0:
+                yield None
             if entry.kind != "file" or (glob and not fnmatch.fnmatchcase(entry.name, glob)):
                 continue
             if "/.git/" in f"/{rel}" or (entry.size or 0) > self.max_file_bytes:
@@ -642,14 +650,23 @@ class SearchFilesTool:
         )
 
 
-def _take(files: Iterator[tuple[str, bytes]], budget: int) -> list[tuple[str, bytes]]:
+def _take(
+    files: Iterator[_Item], budget: int, seconds: float
+) -> tuple[list[tuple[str, bytes]], bool]:
+    """Pull files until ``budget`` bytes or ``seconds`` of walking; say if the walk ended.
+
+    The time bound keeps each worker-thread hop short even when the walk
+    yields no file for a long time, so the search's own deadline can act.
+    """
     batch: list[tuple[str, bytes]] = []
+    stop = time.monotonic() + seconds
     for item in files:
-        batch.append(item)
-        budget -= len(item[1])
-        if budget <= 0:
-            break
-    return batch
+        if item is not None:
+            batch.append(item)
+            budget -= len(item[1])
+        if budget <= 0 or time.monotonic() > stop:
+            return batch, False
+    return batch, True
 
 
 def _read_at(parent: int, name: str, rel: str, cap: int) -> bytes | None:
