@@ -13,6 +13,7 @@ from toolexec import (
     ErrorClass,
     Event,
     Message,
+    Model,
     ModelResponse,
     Sequential,
     SideEffects,
@@ -299,6 +300,10 @@ async def test_scripted_model_rejects_a_bad_step() -> None:
     model = ScriptedModel([42])  # type: ignore[list-item]
     with pytest.raises(TypeError, match="expected a str, a ToolCall"):
         await model.respond([], [])
+
+
+def test_scripted_model_is_a_model() -> None:
+    assert isinstance(ScriptedModel([]), Model)
 
 
 def test_tool_call_ids_are_unique_unless_given() -> None:
