@@ -233,7 +233,7 @@ async def test_search_files_reports_path_line_and_text(root: Path) -> None:
     ex = _executor(root)
     found = await call(ex, "search_files", pattern="alpha")
     assert found.text.splitlines() == [
-        "1 matching lines for 'alpha' in '.' (2 files searched, 2 skipped).",
+        "1 matching lines for 'alpha' in '.' (2 files searched, 1 skipped).",
         "src/a.py:1: def alpha():",
     ]
     both = await call(ex, "search_files", pattern="alpha", ignore_case=True, path="src")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import resource
+import tracemalloc
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -194,17 +195,23 @@ async def test_a_background_child_holding_the_pipe_does_not_hang_the_call(root: 
 
 
 async def test_100_mb_of_output_keeps_memory_bounded(root: Path) -> None:
-    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB
     cap = 64 * 1024
-    result = await shell(
-        _executor(root, max_output_bytes=cap), "head -c 100000000 /dev/zero | tr '\\0' a"
-    )
+    executor = _executor(root, max_output_bytes=cap)
+    command = "head -c 100000000 /dev/zero | tr '\\0' a"
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB, a high-water mark
+    tracemalloc.start()
+    try:
+        result = await shell(executor, command)
+        _, peak = tracemalloc.get_traced_memory()  # bytes Python allocated at most
+    finally:
+        tracemalloc.stop()
     after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     assert result.details["stdout_bytes"] == 100_000_000
     assert result.details["truncated"] is True
     assert "output truncated: yes" in result.text
     assert f"stdout (100000000 bytes, kept {cap})" in result.text
     assert len(result.text) < cap + 1000
+    assert peak < 8 * 1024 * 1024, peak
     assert after - before < 50 * 1024, (before, after)
 
 

@@ -585,7 +585,7 @@ class SearchFilesTool:
             if not _is_binary(start):
                 yield path, start
             return
-        walk = walk_tree(start, "", 1 << 30, state.problems)
+        walk = walk_tree(start, "", 1 << 30, state.problems, frozenset({".git"}))
         try:
             yield from self._readable(walk, path, glob, state)
         finally:
@@ -612,7 +612,7 @@ class SearchFilesTool:
                 yield None
             if entry.kind != "file" or (glob and not fnmatch.fnmatchcase(entry.name, glob)):
                 continue
-            if "/.git/" in f"/{rel}" or (entry.size or 0) > self.max_file_bytes:
+            if (entry.size or 0) > self.max_file_bytes:
                 state.skipped += 1
                 continue
             data = _read_at(parent, entry.name, rel, self.max_file_bytes)

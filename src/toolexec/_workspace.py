@@ -524,7 +524,11 @@ class _Frame:
 
 
 def walk_tree(
-    top_fd: int, top_rel: str, max_depth: int, problems: list[str]
+    top_fd: int,
+    top_rel: str,
+    max_depth: int,
+    problems: list[str],
+    skip_dirs: frozenset[str] = frozenset(),
 ) -> Generator[tuple[str, DirEntry, int, int], None, None]:
     """Depth-first, pre-order walk below an open directory, without recursion.
 
@@ -532,7 +536,8 @@ def walk_tree(
     valid until the next item. Only ``_MAX_OPEN_DIRS`` descriptors stay open
     however deep the tree: deeper ancestors are closed and reopened (each
     component with ``O_NOFOLLOW``) when the walk climbs back to them.
-    Directories that cannot be entered are reported in ``problems``.
+    Directories that cannot be entered are reported in ``problems``;
+    directories named in ``skip_dirs`` are listed but not entered.
     ``top_fd`` stays owned by the caller.
     """
     stack = [_Frame("", top_rel, 0, top_fd, iter(scan(top_fd)))]
@@ -552,7 +557,7 @@ def walk_tree(
                 continue
             rel = entry.name if frame.rel in ("", ".") else f"{frame.rel}/{entry.name}"
             yield rel, entry, frame.depth + 1, fd
-            if entry.kind == "dir" and frame.depth + 1 < max_depth:
+            if entry.kind == "dir" and frame.depth + 1 < max_depth and entry.name not in skip_dirs:
                 _push(stack, fd, entry.name, rel, frame.depth + 1, problems)
     finally:
         for frame in stack[1:]:
