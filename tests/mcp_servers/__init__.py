@@ -1,0 +1,1 @@
+"""Small MCP servers, written with the official SDK, that the MCP tests start."""

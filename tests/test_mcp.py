@@ -1,0 +1,482 @@
+"""MCP servers as a tool source, against real servers started by the tests.
+
+The SDK test server (``tests/mcp_servers/sdk_server.py``) runs over stdio and
+over streamable HTTP; the reference filesystem server comes from npm. No
+fakes: every call crosses a real process boundary.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import re
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import attrs
+import pytest
+import trio
+
+pytest.importorskip("mcp")
+
+from mcp_servers.fixtures import (
+    filesystem_server,
+    http_server_url,
+    process_gone,
+    sdk_server_entry,
+)
+from toolexec import (
+    Allow,
+    CallbackSink,
+    CallProgress,
+    Decision,
+    ErrorClass,
+    Event,
+    ExecutionGrant,
+    RegistrationError,
+    RoutingClass,
+    SideEffects,
+    ToolCall,
+    ToolExecutor,
+    ToolRegistry,
+    function_tool,
+)
+from toolexec.mcp import (
+    MCPConnectionError,
+    MCPServerConfig,
+    open_mcp_server,
+    open_mcp_servers,
+    parse_mcp_servers,
+)
+
+if TYPE_CHECKING:
+    from toolexec import ToolResult
+
+__all__ = ["filesystem_server", "http_server_url"]  # fixtures used by name
+
+# Over streamable HTTP the SDK drops some httpx2 response generators without
+# closing them; trio reports each one when it is garbage collected.
+pytestmark = pytest.mark.filterwarnings(
+    r"ignore:Async generator '(httpx2|httpcore2)\.:ResourceWarning"
+)
+
+DOCS = Path(__file__).parents[1] / "docs" / "mcp.md"
+
+
+async def run(executor: ToolExecutor, *calls: tuple[str, dict[str, Any]]) -> list[ToolResult]:
+    """Execute calls named (tool, arguments) as one batch; return the results."""
+    batch = [ToolCall(f"c{i}", name, args) for i, (name, args) in enumerate(calls)]
+    with trio.fail_after(60):  # a hang is a failure, not a stuck test run
+        outcome = await executor.execute_batch(batch)
+    return list(outcome.results)
+
+
+def progress_recorder() -> tuple[dict[str, list[str]], dict[str, trio.Event], CallbackSink]:
+    """A sink recording progress messages by call id, with an event per call id."""
+    messages: dict[str, list[str]] = {}
+    arrived: dict[str, trio.Event] = collections.defaultdict(trio.Event)
+
+    def record(event: Event) -> None:
+        if isinstance(event, CallProgress):
+            messages.setdefault(event.call_id, []).append(event.message)
+            arrived[event.call_id].set()
+
+    return messages, arrived, CallbackSink(record)
+
+
+# -- configuration ------------------------------------------------------------
+
+
+def test_parse_the_mcp_servers_format() -> None:
+    configs = parse_mcp_servers(
+        {
+            "mcpServers": {
+                "files": {"command": "npx", "args": ["-y", "pkg", "."], "env": {"A": "1"}},
+                "remote": {
+                    "type": "http",
+                    "url": "https://example.test/mcp",
+                    "headers": {"X": "y"},
+                },
+                "off": {"command": "nothing", "disabled": True},
+            }
+        },
+        timeout=5,
+    )
+    assert [c.name for c in configs] == ["files", "remote"]
+    files, remote = configs
+    assert (files.command, files.args, dict(files.env), files.url) == (
+        "npx",
+        ("-y", "pkg", "."),
+        {"A": "1"},
+        None,
+    )
+    assert (remote.url, dict(remote.headers), remote.command) == (
+        "https://example.test/mcp",
+        {"X": "y"},
+        None,
+    )
+    assert files.timeout == remote.timeout == 5
+
+
+@pytest.mark.parametrize(
+    ("entry", "message"),
+    [
+        ({"url": "http://x/sse", "type": "sse"}, "SSE transport is deprecated"),
+        ({"command": "x", "args": "not a list"}, "'args' must be a list of strings"),
+        ({"command": "x", "url": "http://x"}, "exactly one of 'command'"),
+        ({"args": []}, "exactly one of 'command'"),
+        ({"command": "x", "env": {"A": 1}}, "'env' must map names to strings"),
+    ],
+)
+def test_malformed_entries_are_refused_clearly(entry: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(message)):
+        MCPServerConfig.from_entry("bad", entry)
+
+
+# -- listing and registration ---------------------------------------------------
+
+
+async def test_tools_are_registered_namespaced_with_side_effects() -> None:
+    registry = ToolRegistry()
+
+    async def inspect_then_raise() -> None:
+        async with open_mcp_server(registry, "t", sdk_server_entry()) as server:
+            names = set(registry.names())
+            assert {"mcp__t__echo", "mcp__t__write_note", "mcp__t__fail"} <= names
+            assert names == set(server.tools)
+            assert registry.definition("mcp__t__echo").side_effects is SideEffects.READ
+            # destructiveHint, and no hint at all, are mutating
+            assert registry.definition("mcp__t__write_note").side_effects is SideEffects.EXECUTE
+            assert registry.definition("mcp__t__fail").side_effects is SideEffects.EXECUTE
+            assert registry.definition("mcp__t__echo").description == "Return the text unchanged."
+            # `name: str | None` arrives as anyOf; it is rewritten to a type list
+            greet = registry.definition("mcp__t__greet").input_schema
+            assert greet["properties"]["name"]["type"] == ["string", "null"]
+            assert "anyOf" not in json.dumps(greet)
+            # a recursive schema has no portable equivalent: refused, with the reason
+            assert "mcp__t__count_nodes" not in registry
+            assert "recursive" in server.skipped["count_nodes"]
+            raise KeyError("mine")
+
+    # the caller's own exception comes out as itself, not in an exception group
+    with pytest.raises(KeyError, match="mine"):
+        await inspect_then_raise()
+    assert len(registry) == 0  # unregistered on exit
+
+
+async def test_a_name_collision_is_refused_and_nothing_is_shadowed() -> None:
+    registry = ToolRegistry()
+
+    @function_tool(name="mcp__t__echo", side_effects=SideEffects.READ)
+    def native_echo(text: str) -> str:
+        """The host's own tool."""
+        return f"native {text}"
+
+    registry.register(native_echo)
+    with pytest.raises(RegistrationError, match="already registered"):
+        async with open_mcp_server(registry, "t", sdk_server_entry()):
+            pytest.fail("the block must not run")
+    assert registry.names() == ["mcp__t__echo"]
+    [result] = await run(ToolExecutor(registry), ("mcp__t__echo", {"text": "x"}))
+    assert result.text == "native x"
+
+
+async def test_connection_failures_say_what_happened() -> None:
+    registry = ToolRegistry()
+    with pytest.raises(MCPConnectionError, match="No such file"):
+        async with open_mcp_server(registry, "gone", {"command": "/nonexistent/mcp-server"}):
+            pass
+    script = "import sys; sys.stderr.write('missing API key\\n'); sys.exit(2)"
+    with pytest.raises(MCPConnectionError) as caught:
+        async with open_mcp_servers(
+            registry, {"bad": {"command": "python3", "args": ["-c", script]}}
+        ):
+            pass
+    message = str(caught.value)
+    assert "'bad'" in message
+    assert "exited with code 2" in message
+    assert "missing API key" in message
+    assert len(registry) == 0
+
+
+# -- calls ----------------------------------------------------------------------
+
+
+async def test_calls_errors_unknown_tools_invalid_arguments_and_progress() -> None:
+    registry = ToolRegistry()
+    messages, _, sink = progress_recorder()
+    async with open_mcp_server(registry, "t", sdk_server_entry()):
+        executor = ToolExecutor(registry, sinks=[sink])
+        ok, error, unknown, invalid, optional, progress = await run(
+            executor,
+            ("mcp__t__echo", {"text": "hello"}),
+            ("mcp__t__fail", {"message": "disk full"}),
+            ("mcp__t__nope", {}),
+            ("mcp__t__echo", {"text": 3}),
+            ("mcp__t__greet", {}),
+            ("mcp__t__progress", {"steps": 3}),
+        )
+    assert (ok.is_error, ok.text) == (False, "hello")
+    assert ok.details["mcp_server"] == "t"
+    assert ok.details["structured_content"] == {"result": "hello"}
+    assert ok.routing is RoutingClass.READ_ONLY
+    assert error.error_class is ErrorClass.EXECUTION_ERROR
+    assert "disk full" in error.text
+    assert unknown.error_class is ErrorClass.NOT_FOUND
+    assert "mcp__t__echo" in unknown.text
+    assert invalid.error_class is ErrorClass.INVALID_ARGUMENTS
+    assert "$.text" in invalid.text
+    assert optional.text == "hello everyone"
+    assert progress.text == "done"
+    assert messages == {"c5": ["step 1 of 3 (1/3)", "step 2 of 3 (2/3)", "step 3 of 3 (3/3)"]}
+
+
+@attrs.frozen
+class ShortDeadline:
+    """A policy giving the `block` call with key "t1" a 0.5 s deadline."""
+
+    def decide(self, definition: Any, arguments: Any, agent_path: str) -> Decision:
+        if arguments.get("key") == "t1":
+            return Allow(ExecutionGrant(timeout=0.5))
+        return Allow()
+
+
+async def test_timeouts_and_cancels_cancel_the_request_on_the_server() -> None:
+    registry = ToolRegistry()
+    _, arrived, sink = progress_recorder()
+    async with open_mcp_server(registry, "t", sdk_server_entry()):
+        executor = ToolExecutor(registry, policy=ShortDeadline(), sinks=[sink])
+        # `block` never answers, so the deadline always expires: no timing is asserted.
+        [timed_out] = await run(executor, ("mcp__t__block", {"key": "t1"}))
+        batch = executor.prepare([ToolCall("b", "mcp__t__block", {"key": "c1"})])
+        outcomes = []
+        with trio.fail_after(60):
+            async with trio.open_nursery() as nursery:
+
+                async def run_batch() -> None:
+                    outcomes.append(await batch.run())
+
+                nursery.start_soon(run_batch)
+                await arrived["b"].wait()  # the server is inside the call
+                batch.cancel()
+        seen = await run(
+            executor,
+            ("mcp__t__was_cancelled", {"key": "t1"}),
+            ("mcp__t__was_cancelled", {"key": "c1"}),
+        )
+    [cancelled] = outcomes[0].results
+    assert timed_out.error_class is ErrorClass.TIMEOUT
+    assert cancelled.error_class is ErrorClass.CANCELLED
+    assert [r.text for r in seen] == ["cancelled", "cancelled"]
+
+
+async def test_a_server_crash_mid_call_is_an_error_not_a_hang() -> None:
+    registry = ToolRegistry()
+    async with open_mcp_server(registry, "t", sdk_server_entry()) as server:
+        executor = ToolExecutor(registry)
+        [crashed] = await run(executor, ("mcp__t__crash", {}))
+        [after] = await run(executor, ("mcp__t__echo", {"text": "still there?"}))
+        pid = server.pid
+    assert crashed.error_class is ErrorClass.EXECUTION_ERROR
+    assert "closed the connection during the call to 'crash'" in crashed.text
+    assert "exited with code 3" in crashed.text
+    assert after.error_class is ErrorClass.EXECUTION_ERROR
+    assert "MCP server 't'" in after.text
+    assert pid is not None
+    assert process_gone(pid)
+
+
+async def test_no_process_is_left_after_exit_or_cancellation() -> None:
+    registry = ToolRegistry()
+    pids: list[int] = []
+    with trio.CancelScope() as scope:
+        async with open_mcp_server(registry, "t", sdk_server_entry()) as server:
+            [child] = await run(ToolExecutor(registry), ("mcp__t__spawn_child", {}))
+            assert server.pid is not None
+            pids += [server.pid, int(child.text)]
+            assert not any(process_gone(p) for p in pids)
+            scope.cancel()  # the enclosing scope is cancelled while connected
+            await trio.lowlevel.checkpoint()
+            pytest.fail("cancellation was not delivered")
+    assert scope.cancelled_caught
+    assert [p for p in pids if not process_gone(p)] == [], "the server or its child survived"
+    assert len(registry) == 0
+
+
+@pytest.mark.parametrize("mode", ["auto", "legacy"])
+async def test_tool_list_changes_refresh_the_registry(mode: str) -> None:
+    # "auto" negotiates 2026-07-28 (a listen subscription); "legacy" gets notifications.
+    registry = ToolRegistry()
+    async with open_mcp_server(registry, "t", sdk_server_entry(), mode=mode) as server:
+        executor = ToolExecutor(registry)
+        revision = server.revision
+        await run(executor, ("mcp__t__add_tool", {"name": "shout"}))
+        with trio.fail_after(30):
+            await server.wait_revision(revision)
+        assert "mcp__t__shout" in registry
+        [added] = await run(executor, ("mcp__t__shout", {"text": "hi"}))
+        assert added.text == "extra: hi"
+        revision = server.revision
+        await run(executor, ("mcp__t__remove_tool", {"name": "shout"}))
+        with trio.fail_after(30):
+            await server.wait_revision(revision)
+        assert "mcp__t__shout" not in registry
+
+
+async def test_mixed_batch_keeps_the_read_write_read_order(tmp_path: Path) -> None:
+    note = tmp_path / "note.txt"
+    note.write_text("v0")
+
+    @function_tool(side_effects=SideEffects.READ)
+    def native_read() -> str:
+        """Read the note."""
+        return note.read_text()
+
+    @function_tool(side_effects=SideEffects.WRITE)
+    def native_write(text: str) -> str:
+        """Overwrite the note."""
+        note.write_text(text)
+        return "ok"
+
+    registry = ToolRegistry()
+    registry.register(native_read)
+    registry.register(native_write)
+    path = {"path": str(note)}
+    async with open_mcp_server(registry, "t", sdk_server_entry()):
+        executor = ToolExecutor(registry)
+        batch = executor.prepare(
+            [
+                ToolCall("r1", "mcp__t__read_note", path),
+                ToolCall("r2", "native_read", {}),
+                ToolCall("w1", "native_write", {"text": "v1"}),
+                ToolCall("r3", "mcp__t__read_note", path),
+                ToolCall("w2", "mcp__t__write_note", {**path, "text": "v2"}),
+                ToolCall("w3", "native_write", {"text": "v3"}),
+                ToolCall("r4", "native_read", {}),
+                ToolCall("r5", "mcp__t__read_note", path),
+            ]
+        )
+        assert [run.routing for run in batch.plan.runs] == [
+            RoutingClass.READ_ONLY,
+            RoutingClass.SERIAL_MUT,
+            RoutingClass.READ_ONLY,
+            RoutingClass.SERIAL_MUT,
+            RoutingClass.READ_ONLY,
+        ]
+        with trio.fail_after(60):
+            outcome = await batch.run()
+    texts = {r.call_id: r.text for r in outcome.results}
+    assert not any(r.is_error for r in outcome.results)
+    assert (texts["r1"], texts["r2"], texts["r3"], texts["r4"], texts["r5"]) == (
+        "v0",
+        "v0",
+        "v1",
+        "v3",
+        "v3",
+    )
+
+
+# -- streamable HTTP ------------------------------------------------------------
+
+
+async def test_streamable_http_server(http_server_url: str) -> None:
+    registry = ToolRegistry()
+    messages, _, sink = progress_recorder()
+    config = {"mcpServers": {"web": {"url": http_server_url}}}
+    async with open_mcp_servers(registry, config, timeout=0.5) as servers:
+        assert servers["web"].pid is None
+        executor = ToolExecutor(registry, sinks=[sink])
+        ok, error, progress, timed_out = await run(
+            executor,
+            ("mcp__web__echo", {"text": "over http"}),
+            ("mcp__web__fail", {"message": "nope"}),
+            ("mcp__web__progress", {"steps": 2}),
+            ("mcp__web__block", {"key": "h1"}),
+        )
+        [seen] = await run(executor, ("mcp__web__was_cancelled", {"key": "h1"}))
+        [crashed] = await run(executor, ("mcp__web__crash", {}))
+        [after] = await run(executor, ("mcp__web__echo", {"text": "x"}))
+    assert ok.text == "over http"
+    assert error.error_class is ErrorClass.EXECUTION_ERROR
+    assert "nope" in error.text
+    assert progress.text == "done"
+    assert messages["c2"] == ["step 1 of 2 (1/2)", "step 2 of 2 (2/2)"]
+    assert timed_out.error_class is ErrorClass.TIMEOUT
+    assert seen.text == "cancelled"
+    assert crashed.error_class is ErrorClass.EXECUTION_ERROR
+    assert after.error_class is ErrorClass.EXECUTION_ERROR
+    assert len(registry) == 0
+
+
+# -- the reference filesystem server from npm -----------------------------------
+
+
+async def test_reference_filesystem_server(filesystem_server: Path, tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    root.mkdir()
+    (root / "a.txt").write_text("first")
+    registry = ToolRegistry()
+    entry = {"command": str(filesystem_server), "args": [str(root)]}
+    async with open_mcp_server(registry, "fs", entry) as server:
+        assert registry.definition("mcp__fs__read_text_file").side_effects is SideEffects.READ
+        assert registry.definition("mcp__fs__write_file").side_effects is SideEffects.EXECUTE
+        assert not server.skipped
+        path = str(root / "a.txt")
+        executor = ToolExecutor(registry)
+        before, write, after, outside, invalid = await run(
+            executor,
+            ("mcp__fs__read_text_file", {"path": path}),
+            ("mcp__fs__write_file", {"path": path, "content": "second"}),
+            ("mcp__fs__read_text_file", {"path": path}),
+            ("mcp__fs__read_text_file", {"path": "/etc/hostname"}),
+            ("mcp__fs__write_file", {"path": path}),
+        )
+        pid = server.pid
+    assert (before.text, after.text) == ("first", "second")
+    assert not write.is_error
+    assert outside.error_class is ErrorClass.EXECUTION_ERROR
+    assert "outside allowed directories" in outside.text
+    assert invalid.error_class is ErrorClass.INVALID_ARGUMENTS
+    assert "content" in invalid.text
+    assert pid is not None
+    assert process_gone(pid)
+
+
+# -- the documentation example ----------------------------------------------------
+
+
+def _code_blocks(language: str) -> list[str]:
+    return re.findall(rf"```{language}\n(.*?)```", DOCS.read_text(), re.S)
+
+
+async def test_docs_example_runs(
+    filesystem_server: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # The example starts the filesystem server with `npx -y <package> .`; an
+    # `npx` first on PATH runs the cached install instead of downloading it.
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    npx = bin_dir / "npx"
+    npx.write_text(f'#!/bin/sh\nshift 2\nexec "{filesystem_server}" "$@"\n')
+    npx.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    workdir = tmp_path / "project"
+    workdir.mkdir()
+    monkeypatch.chdir(workdir)
+
+    [example] = [block for block in _code_blocks("python") if "open_mcp_servers" in block]
+    namespace: dict[str, Any] = {}
+    exec(compile(example, str(DOCS), "exec"), namespace)
+    with trio.fail_after(60):
+        await namespace["main"]()
+    out = capsys.readouterr().out
+    assert "mcp__files__write_file False" in out
+    assert "mcp__files__read_text_file False hello from toolexec" in out
+    assert (workdir / "notes.txt").read_text() == "hello from toolexec"
+
+    for block in _code_blocks("json"):
+        assert parse_mcp_servers(json.loads(block))
