@@ -38,7 +38,8 @@ def toolexec(*args: str | Path, stdin: str = "") -> subprocess.CompletedProcess[
 @pytest.fixture
 def workspace(tmp_path: Path) -> Path:
     target = tmp_path / "workspace"
-    shutil.copytree(EXAMPLES / "workspace", target)
+    # Leave out what a run of the examples wrote there (out/ is git-ignored).
+    shutil.copytree(EXAMPLES / "workspace", target, ignore=shutil.ignore_patterns("out"))
     return target
 
 
