@@ -125,6 +125,9 @@ async def test_read_file_caps_output_and_marks_bad_utf8(root: Path) -> None:
     ex = ToolExecutor(registry)
     capped = await call(ex, "read_file", path="wide.txt")
     assert capped.text.startswith("x" * 60 + "\n[showing lines 1-1 of 2; continue with offset=2]")
+    (root / "one-line.js").write_text("z" * 250)
+    long_line = await call(ex, "read_file", path="one-line.js")
+    assert long_line.text == "z" * 100 + "\n[line 1 is 250 characters; showing the first 100]"
     latin = await call(ex, "read_file", path="latin.txt")
     assert latin.text.startswith("caf\ufffd\n")
     assert "not valid UTF-8" in latin.text

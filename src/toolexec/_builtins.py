@@ -140,14 +140,20 @@ class ReadFileTool:
             )
         chosen: list[str] = []
         used = 0
+        notes = []
         for line in lines[first - 1 : first - 1 + limit]:
-            if used + len(line) > self.max_output_chars and chosen:
+            if used + len(line) > self.max_output_chars:
+                if not chosen:  # one line longer than the cap: show its start
+                    cut = self.max_output_chars
+                    chosen.append(line[:cut] + "\n")
+                    notes.append(
+                        f"[line {first} is {len(line)} characters; showing the first {cut}]"
+                    )
                 break
             chosen.append(line)
             used += len(line)
         last = first + len(chosen) - 1
         body = "".join(chosen)
-        notes = []
         if first > 1 or last < len(lines):
             more = f"; continue with offset={last + 1}" if last < len(lines) else ""
             notes.append(f"[showing lines {first}-{last} of {len(lines)}{more}]")
@@ -367,15 +373,17 @@ class ListDirTool:
         problems: list[str] = []
         lines: list[str] = []
         complete = True
+        walk = walk_tree(fd, "", depth, problems)
         try:
-            walk = walk_tree(fd, "", depth, problems)
             for rel, entry, _level, _parent in walk:
                 if len(lines) == limit:
                     complete = False
                     break
                 lines.append(_describe(rel, entry))
-            walk.close()
+        except OSError as exc:  # the directory itself could not be read
+            raise WorkspaceError(path, f"could not be listed: {exc.strerror}.") from None
         finally:
+            walk.close()
             os.close(fd)
         if not lines:
             lines.append(f"{show(path)} is empty.")
