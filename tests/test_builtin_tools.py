@@ -366,3 +366,28 @@ def test_docs_page_examples_print_what_the_page_shows(
     expected = "".join(shown)
     pattern = ".*".join(re.escape(part) for part in expected.split("..."))
     assert re.fullmatch(pattern, out.getvalue(), flags=re.DOTALL), out.getvalue()
+
+
+@pytest.mark.parametrize(
+    ("name", "arguments", "error_class"),
+    [
+        ("read_file", {"path": "a\x00b"}, ErrorClass.INVALID_ARGUMENTS),
+        ("write_file", {"path": "x" * 400, "content": ""}, ErrorClass.INVALID_ARGUMENTS),
+        (
+            "edit_file",
+            {"path": "\ud800", "old_string": "a", "new_string": "b"},
+            ErrorClass.INVALID_ARGUMENTS,
+        ),
+        ("list_dir", {"path": "a\x00"}, ErrorClass.INVALID_ARGUMENTS),
+        ("search_files", {"pattern": "a", "path": "y" * 400}, ErrorClass.INVALID_ARGUMENTS),
+        ("read_file", {"path": "caf\udce9.txt"}, ErrorClass.EXECUTION_ERROR),
+    ],
+)
+async def test_odd_names_give_clean_error_results(
+    root: Path, name: str, arguments: dict[str, Any], error_class: ErrorClass
+) -> None:
+    result = await call(_executor(root), name, **arguments)
+    assert result.error_class is error_class, result.text
+    assert "Traceback" not in result.text
+    assert "traceback" not in result.details
+    result.text.encode("utf-8")  # always valid text for the model
