@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import trio
 
 from toolexec import formats
 
@@ -239,3 +240,68 @@ def test_cli_doc_commands_run(workspace: Path, tmp_path: Path) -> None:
         assert done.returncode == 0, (line, done.stderr)
         assert json.loads(done.stdout)
     assert json.loads((tmp_path / "trace.json").read_text())["traceEvents"]
+
+
+# -- the timeline, in process, on a mock clock ---------------------------------------
+
+
+async def test_trace_phases_follow_the_executor_on_a_mock_clock(autojump_clock: object) -> None:
+    from toolexec import (
+        ApprovalAnswer,
+        ApprovalRequest,
+        SideEffects,
+        ToolCall,
+        ToolExecutor,
+        ToolRegistry,
+        function_tool,
+    )
+    from toolexec._trace import TraceRecorder
+
+    @function_tool(side_effects=SideEffects.READ)
+    async def look(seconds: int) -> str:
+        """Take a while to read."""
+        await trio.sleep(seconds)
+        return "seen"
+
+    @function_tool(side_effects=SideEffects.WRITE)
+    async def put(seconds: int) -> str:
+        """Take a while to write."""
+        await trio.sleep(seconds)
+        return "put"
+
+    class SlowHuman:
+        async def request(self, request: ApprovalRequest) -> ApprovalAnswer:
+            await trio.sleep(5)
+            return ApprovalAnswer(request.arguments == '{"seconds":1}', "human")
+
+    registry = ToolRegistry()
+    registry.register(look)
+    registry.register(put)
+    recorder = TraceRecorder()
+    executor = ToolExecutor(registry, sinks=[recorder], approver=SlowHuman())
+    calls = [
+        ToolCall("r1", "look", {"seconds": 1}),
+        ToolCall("r2", "look", {"seconds": 2}),
+        ToolCall("w1", "put", {"seconds": 1}),
+        ToolCall("w2", "put", {"seconds": 3}),  # the human says no
+        ToolCall("x", "nope", {}),
+    ]
+    await executor.execute_batch(calls)
+
+    slices = [e for e in recorder.chrome_trace()["traceEvents"] if e["ph"] == "X"]
+    by_lane: dict[str, list[tuple[str, float, float]]] = {}
+    lanes = {e["tid"]: e["args"]["call_id"] for e in slices if e["cat"] == "call"}
+    assert sorted(lanes.values()) == ["r1", "r2", "w1", "w2", "x"]
+    for e in slices:
+        if e["tid"] in lanes:
+            by_lane.setdefault(lanes[e["tid"]], []).append(
+                (e["name"], e["ts"] / 1e6, (e["ts"] + e["dur"]) / 1e6)
+            )
+    assert by_lane["r1"] == [("look r1", 0, 1), ("execute", 0, 1)]
+    assert by_lane["r2"] == [("look r2", 0, 2), ("execute", 0, 2)]
+    assert by_lane["w1"] == [("put w1", 2, 8), ("approval", 2, 7), ("execute", 7, 8)]
+    # w2 waited its turn behind w1 in the serial run, then for the human.
+    assert by_lane["w2"] == [("put w2", 2, 13), ("queued", 2, 8), ("approval", 8, 13)]
+    assert by_lane["x"] == [("nope x", 0, 0)]
+    runs = sorted((e["name"], e["ts"] / 1e6) for e in slices if e["cat"] == "run")
+    assert runs == [("run 0 read_only", 0), ("run 1 serial_mut", 2)]

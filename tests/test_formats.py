@@ -300,6 +300,9 @@ def test_bare_chat_message_and_mapping_arguments() -> None:
         ],
     }
     assert formats.detect_format(message) == "openai-chat"
+    parts = {**message, "content": [{"type": "text", "text": "ok"}]}
+    assert formats.detect_format(parts) == "openai-chat"
+    assert formats.parse_response(parts).text == "ok"
     assert formats.parse_calls(message) == (ToolCall("c1", "x", {"a": 1}),)
     rendered = formats.render_assistant("", formats.parse_calls(message), "openai-chat")
     assert rendered[0]["tool_calls"][0]["function"]["arguments"] == '{"a": 1}'

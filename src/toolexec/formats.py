@@ -282,10 +282,10 @@ def detect_format(response: Any) -> FormatName:
             return "openai-chat"
         if "output" in data or data.get("object") == "response":
             return "openai-responses"
-        if data.get("type") == "message" or isinstance(data.get("content"), list):
-            return "anthropic"
         if data.get("role") == "assistant" and "tool_calls" in data:
             return "openai-chat"
+        if data.get("type") == "message" or isinstance(data.get("content"), list):
+            return "anthropic"
     raise FormatError(
         f"cannot tell the provider format of {_kind(data)} "
         f"(keys: {sorted(data)[:8] if isinstance(data, Mapping) else '-'}): expected "
