@@ -319,3 +319,18 @@ def test_a_link_swapped_in_during_operations_never_leaks(world: dict[str, Path])
     assert (outside / "e.txt").read_bytes() == SECRET
     assert swaps[0] > 100, swaps
     assert outcomes["ok"] > 0, outcomes
+
+
+async def test_a_root_reached_through_a_link_is_known_by_both_names(
+    world: dict[str, Path], tmp_path: Path
+) -> None:
+    alias = tmp_path / "alias"
+    os.symlink(world["root"], alias)
+    os.symlink(alias / "a.txt", world["root"] / "via-alias")  # absolute, through the alias
+    ws = Workspace(alias)
+    assert await ws.read_bytes(str(alias / "a.txt")) == b"inside\n"
+    assert await ws.read_bytes(str(world["root"] / "a.txt")) == b"inside\n"
+    assert await ws.read_bytes("via-alias") == b"inside\n"
+    with pytest.raises(WorkspaceError) as info:
+        await ws.read_bytes(str(alias) + "/../outside/secret.txt")
+    assert info.value.error_class is ErrorClass.PERMISSION_DENIED

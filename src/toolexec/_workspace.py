@@ -127,8 +127,8 @@ class DirEntry:
     target: str | None = None
 
 
-def _real_path(root: str | os.PathLike[str]) -> Path:
-    return Path(os.path.realpath(root))
+def _absolute(root: str | os.PathLike[str]) -> Path:
+    return Path(os.path.abspath(root))
 
 
 @attrs.frozen
@@ -163,18 +163,24 @@ class Workspace:
         data = await ws.read_bytes("notes/today.txt")
 
     Args:
-        root: the workspace directory (it must exist).
+        root: the workspace directory (it must exist). Links in it are
+            resolved once, here; absolute paths may name the root either as
+            given or as resolved.
         max_read_bytes: files larger than this are refused by reads.
     """
 
-    root: Path = attrs.field(converter=_real_path)
+    root: Path = attrs.field(converter=_absolute)
     max_read_bytes: int = 16 * 1024 * 1024
-    _given: tuple[str, ...] = attrs.field(init=False, repr=False)
+    _real: str = attrs.field(init=False, repr=False)
+    _prefixes: tuple[tuple[str, ...], ...] = attrs.field(init=False, repr=False)
 
     def __attrs_post_init__(self) -> None:
         if not self.root.is_dir():
             raise ValueError(f"workspace root {str(self.root)!r} is not a directory")
-        self._given = self.root.parts[1:]
+        self._real = os.path.realpath(self.root)
+        # Absolute paths (and link targets) may name the root either way.
+        real, given = Path(self._real).parts[1:], self.root.parts[1:]
+        self._prefixes = (real,) if real == given else (real, given)
 
     # -- public, async ----------------------------------------------------
 
@@ -288,16 +294,17 @@ class Workspace:
         return inside
 
     def _strip_root(self, parts: list[str]) -> list[str] | None:
-        n = len(self._given)
-        if len(parts) >= n and tuple(parts[:n]) == self._given:
-            return parts[n:]
+        for prefix in self._prefixes:
+            n = len(prefix)
+            if len(parts) >= n and tuple(parts[:n]) == prefix:
+                return parts[n:]
         return None
 
     def _locate(self, path: str, *, create_dirs: bool = False) -> _Located:
         """Walk ``path`` from the root; return the parent descriptor and final name."""
         parts = self._split(path)
         try:
-            root_fd = os.open(self.root, _DIR_FLAGS & ~os.O_NOFOLLOW)
+            root_fd = os.open(self._real, _DIR_FLAGS & ~os.O_NOFOLLOW)
         except OSError as exc:
             raise WorkspaceError(
                 ".", f"(the workspace root) cannot be opened: {exc.strerror}."
