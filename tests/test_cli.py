@@ -305,3 +305,20 @@ async def test_trace_phases_follow_the_executor_on_a_mock_clock(autojump_clock: 
     assert by_lane["x"] == [("nope x", 0, 0)]
     runs = sorted((e["name"], e["ts"] / 1e6) for e in slices if e["cat"] == "run")
     assert runs == [("run 0 read_only", 0), ("run 1 serial_mut", 2)]
+
+
+def test_an_unexpected_failure_exits_1_and_asks_for_a_report(
+    workspace: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from toolexec import _cli
+
+    async def broken(*_args: object) -> list[dict[str, Any]]:
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(_cli, "_exec", broken)
+    with pytest.raises(SystemExit) as info:
+        _cli.main(["exec", str(RESPONSES["anthropic"]), "--workspace", str(workspace)])
+    assert info.value.code == 1
+    err = capsys.readouterr().err
+    assert "RuntimeError: boom" in err
+    assert "this is a bug in toolexec; please report it" in err

@@ -41,6 +41,7 @@ from ._events import (
 from ._executor import ToolExecutor
 from ._policy import AllowAll
 from ._registry import ToolRegistry
+from ._rules import RulePolicy
 from ._trace import TraceRecorder
 from ._workspace import Workspace
 
@@ -168,7 +169,7 @@ def _load_policy(path: str | None) -> tuple[ToolPolicy | None, ApprovalConfig]:
     approval = data.pop("approval", {})
     try:
         config = _approval_config(approval)
-        policy = _rule_policy(data) if data else None
+        policy = RulePolicy.from_dict(data) if data else None
     except (ValueError, TypeError) as exc:
         raise UsageError(f"policy {path}: {exc}") from None
     return policy, config
@@ -181,13 +182,6 @@ def _approval_config(data: Any) -> ApprovalConfig:
     tools = data.pop("tools", {})
     timeout = data.pop("timeout", 300.0)
     return ApprovalConfig(modes=data, per_tool=tools, timeout=timeout)
-
-
-def _rule_policy(data: dict[str, Any]) -> ToolPolicy:
-    from . import _rules
-
-    policy: ToolPolicy = _rules.RulePolicy.from_dict(data)
-    return policy
 
 
 # -- output -----------------------------------------------------------------------
