@@ -7,6 +7,7 @@ this package only re-exports the public names. Anything not listed in
 
 from __future__ import annotations
 
+from . import formats as formats  # the provider-format submodule
 from ._agent import AgentLoop, AgentResult, StopReason
 from ._approval import (
     ApprovalAnswer,
