@@ -11,7 +11,9 @@ import pytest
 import trio
 
 from toolexec import (
+    Allow,
     ErrorClass,
+    ExecutionGrant,
     RoutingClass,
     ShellTool,
     SideEffects,
@@ -304,3 +306,22 @@ async def test_a_command_that_cannot_be_an_argument_is_refused(root: Path) -> No
     result = await shell(_executor(root), "echo a\x00b")
     assert result.error_class is ErrorClass.INVALID_ARGUMENTS
     assert "NUL byte" in result.text
+
+
+class _ShortGrant:
+    """A policy whose grant gives every call a one-second deadline."""
+
+    def decide(self, definition: Any, arguments: Any, agent_path: str) -> Allow:
+        return Allow(ExecutionGrant(timeout=1.0))
+
+
+async def test_the_executor_deadline_kills_the_whole_tree(root: Path) -> None:
+    registry = ToolRegistry()
+    registry.register(ShellTool(Workspace(root)))
+    executor = ToolExecutor(registry, policy=_ShortGrant(), grace_period=1.0)
+    result = await shell(executor, TREE)  # no timeout of its own: the grant's applies
+    assert result.error_class is ErrorClass.TIMEOUT
+    pgid, *descendants = [int(p) for p in (root / "pids").read_text().split()]
+    assert len(descendants) == 2
+    assert _group_members(pgid) == []
+    assert not any(_live(pid) for pid in [pgid, *descendants])
