@@ -202,6 +202,11 @@ def test_missing_workspace_and_missing_file(tmp_path: Path) -> None:
     done = toolexec("exec", RESPONSES["anthropic"])
     assert done.returncode == 2
     assert "--workspace" in done.stderr
+    done = toolexec(
+        "exec", RESPONSES["anthropic"], "-w", tmp_path, "--trace", tmp_path / "no" / "t.json"
+    )
+    assert done.returncode == 2
+    assert "its directory does not exist" in done.stderr
 
 
 @pytest.mark.parametrize("args", [("--help",), ("exec", "--help"), ("tools", "--help")])

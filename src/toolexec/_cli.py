@@ -257,6 +257,8 @@ def _load_job(args: argparse.Namespace) -> _Job:
             f"workspace {args.workspace!r} is not an existing directory; "
             "create it or pass another with --workspace"
         )
+    if args.trace and not Path(args.trace).resolve().parent.is_dir():
+        raise UsageError(f"cannot write the trace to {args.trace}: its directory does not exist")
     policy, approval = _load_policy(args.policy)
     return _Job(fmt, calls, Workspace(args.workspace), policy or AllowAll(), approval)
 
