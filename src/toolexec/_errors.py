@@ -7,6 +7,8 @@ The tree::
     |                                  when you register, never per call
     +-- InternalError                  a bug in toolexec: please report it
     ToolError                          raised by a tool to fail its own call
+    +-- WorkspaceError                 a path refused by a Workspace (names the
+                                       workspace-relative path and why)
 
 Nothing raises out of ``ToolExecutor`` for bad model input or a failing
 tool: those become error results. Only misuse by the host (a bad
