@@ -374,6 +374,9 @@ def test_tool_definitions_render_as_each_provider_schema() -> None:
         (lambda r: r.update(output="nope"), "openai-responses", "output"),
         (lambda r: r["content"][1].pop("name"), "anthropic", "content[1].name"),
         (lambda r: r["content"].append("tool_use"), "anthropic", "content[5]"),
+        (lambda r: r["content"][3].update(id="toolu_1"), "anthropic", "content[3].id"),
+        (lambda r: r["output"][3].update(call_id="call_r1"), "openai-responses",
+         "output[3].call_id"),
     ],
 )  # fmt: skip
 def test_malformed_responses_name_the_field(mutate: Any, fmt: str, path: str) -> None:

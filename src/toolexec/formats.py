@@ -101,6 +101,18 @@ class _Reader:
 
     def __init__(self, format: FormatName) -> None:
         self.format = format
+        self.ids: dict[str, str] = {}  # call id -> the path it was first seen at
+
+    def call_id(self, parent: Mapping[str, Any], key: str, path: str) -> str:
+        """A call's id: a non-empty string not used by an earlier call of the response."""
+        value = self.text(parent, key, path)
+        first = self.ids.setdefault(value, f"{path}.{key}")
+        if first != f"{path}.{key}":
+            raise self.fail(
+                f"{path}.{key}",
+                f"duplicate call id {value!r} (also at {first}); ids must be unique",
+            )
+        return value
 
     def fail(self, path: str, message: str) -> FormatError:
         return FormatError(message, path=path, format=self.format)
@@ -183,7 +195,7 @@ def _parse_chat(r: _Reader, data: Mapping[str, Any]) -> ModelResponse:
         function = r.get(item, "function", here, dict)
         calls.append(
             ToolCall(
-                r.text(item, "id", here),
+                r.call_id(item, "id", here),
                 r.text(function, "name", f"{here}.function"),
                 _arguments(r, function, "arguments", f"{here}.function"),
             )
@@ -212,7 +224,7 @@ def _parse_responses(r: _Reader, data: Mapping[str, Any]) -> ModelResponse:
         if kind == "function_call":
             calls.append(
                 ToolCall(
-                    r.text(item, "call_id", here),
+                    r.call_id(item, "call_id", here),
                     r.text(item, "name", here),
                     _arguments(r, item, "arguments", here),
                 )
@@ -239,7 +251,7 @@ def _parse_anthropic(r: _Reader, data: Mapping[str, Any]) -> ModelResponse:
         if kind == "tool_use":
             calls.append(
                 ToolCall(
-                    r.text(block, "id", here),
+                    r.call_id(block, "id", here),
                     r.text(block, "name", here),
                     _arguments(r, block, "input", here),
                 )
