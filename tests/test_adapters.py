@@ -40,6 +40,7 @@ class Stub:
     """Scripted provider: POSTs get the next scripted JSON body, in order."""
 
     replies: list[dict[str, Any]] = attrs.Factory(list)
+    hold: threading.Event | None = None  # when set, requests wait for it before answering
     requests: list[tuple[str, dict[str, str], dict[str, Any]]] = attrs.Factory(list)
     port: int = 0
 
@@ -52,6 +53,8 @@ def stub() -> Iterator[Stub]:
     class Handler(BaseHTTPRequestHandler):
         def do_POST(self) -> None:
             body = json.loads(self.rfile.read(int(self.headers["content-length"])))
+            if state.hold is not None:
+                state.hold.wait(timeout=30)
             with lock:
                 headers = {k.lower(): v for k, v in self.headers.items()}
                 state.requests.append((self.path, headers, body))
@@ -73,6 +76,8 @@ def stub() -> Iterator[Stub]:
     try:
         yield state
     finally:
+        if state.hold is not None:
+            state.hold.set()
         server.shutdown()
         server.server_close()
         thread.join()
@@ -349,3 +354,19 @@ async def test_adapter_runs_under_trio_and_closes_its_own_client(
     assert body["temperature"] == 0
     assert "tools" not in body
     assert trio.lowlevel.current_trio_token() is not None
+
+
+@pytest.mark.parametrize("provider", list(PROVIDERS))
+async def test_cancelling_a_request_in_flight_is_not_swallowed(
+    stub: Stub, provider: str, autojump_clock: object
+) -> None:
+    stub.hold = threading.Event()  # the provider never answers
+    _, setup, _ = PROVIDERS[provider]
+    client, model = setup(stub.port)
+    try:
+        with trio.move_on_after(30) as scope:
+            await model.respond([Message("user", "hi")], [])
+    finally:
+        stub.hold.set()
+        await client.close()
+    assert scope.cancelled_caught  # the SDK let trio's Cancelled through
