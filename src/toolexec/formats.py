@@ -74,10 +74,10 @@ class FormatError(ToolexecError, ValueError):
     """
 
     def __init__(self, message: str, *, path: str = "", format: str | None = None) -> None:
-        where = f"{format} response" if format else "response"
+        where = [f"{format} response"] if format else []
         if path:
-            where += f", field {path}"
-        super().__init__(f"{where}: {message}")
+            where.append(f"field {path}")
+        super().__init__(f"{', '.join(where)}: {message}" if where else message)
         self.path = path
         self.format = format
 
