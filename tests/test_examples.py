@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -24,6 +26,23 @@ def test_quickstart_prints_the_plan_and_results_in_order():
     assert "call_1 read_note [ok]: - ship the executor" in out
     assert "call_4 read_note [ok]: - done" in out
     assert "call_5 delete_note [not_found]" in out
+
+
+def test_readme_main_job_runs_as_written(tmp_path: Path):
+    readme = (ROOT / "README.md").read_text()
+    line = readme.split("Run the main job")[1].split("```sh\n")[1].split("\n")[0]
+    command = line.split("&& ")[-1].replace(".venv/bin/toolexec", f"{sys.executable} -m toolexec")
+    workspace = tmp_path / "workspace"
+    shutil.copytree(ROOT / "examples" / "workspace", workspace)
+    command = command.replace("examples/workspace", str(workspace))
+    proc = subprocess.run(command, shell=True, cwd=ROOT, capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "run 1 serial_mut: call_Ha3dE0sYc7JiPq4M write_file" in proc.stderr
+    assert "5 call(s): 5 ok, 0 error(s)" in proc.stderr
+    messages = json.loads(proc.stdout)
+    assert [m["role"] for m in messages] == ["tool"] * 5
+    assert (workspace / "out" / "summary.md").exists()
 
 
 def test_readme_sample_runs():
