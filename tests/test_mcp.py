@@ -134,6 +134,62 @@ def test_malformed_entries_are_refused_clearly(entry: dict[str, Any], message: s
         MCPServerConfig.from_entry("bad", entry)
 
 
+# -- schemas ------------------------------------------------------------------
+
+
+def obj(**properties: Any) -> dict[str, Any]:
+    """An object schema with these properties."""
+    return {"type": "object", "properties": properties}
+
+
+NULLABLE = {"anyOf": [{"type": "string", "maxLength": 3}, {"type": "null"}], "default": None}
+COLOR = {"anyOf": [{"enum": ["r", "g"], "type": "string"}, {"type": "null"}]}
+P = obj(x={"type": "integer"})
+REF_TO_P = {"$ref": "#/$defs/P", "title": "P"}
+RECURSIVE = {"$ref": "#/$defs/N", "$defs": {"N": obj(n={"$ref": "#/$defs/N"})}}
+INT_OR_NUMBER = {"oneOf": [{"type": "integer"}, {"type": "number"}]}
+SAME_TYPE = {"anyOf": [{"type": "string"}, {"type": "string"}]}
+ENUM_OR_STRING = {"anyOf": [{"enum": [1], "type": "integer"}, {"type": "string"}]}
+
+
+@pytest.mark.parametrize(
+    ("schema", "expected"),
+    [
+        (obj(a=NULLABLE), obj(a={"type": ["string", "null"], "maxLength": 3, "default": None})),
+        (
+            {**obj(p={"$ref": "#/$defs/P", "title": "P"}), "$defs": {"P": P}},
+            obj(p={**P, "title": "P"}),
+        ),
+        (obj(c=COLOR), obj(c={"enum": ["r", "g", None], "type": ["string", "null"]})),
+    ],
+)
+def test_schemas_are_rewritten_into_the_portable_subset(
+    schema: dict[str, Any], expected: dict[str, Any]
+) -> None:
+    from toolexec.mcp import _portable
+
+    assert _portable(schema) == expected
+
+
+@pytest.mark.parametrize(
+    ("schema", "reason"),
+    [
+        ({"type": "object", **RECURSIVE}, "recursive"),
+        (obj(a={"$ref": "https://example.test/s.json"}), "not a local definition"),
+        (obj(a=INT_OR_NUMBER), "overlapping"),
+        (obj(a=SAME_TYPE), "overlapping"),
+        (obj(a=ENUM_OR_STRING), "overlapping"),
+    ],
+)
+def test_schemas_without_a_portable_equivalent_are_refused(
+    schema: dict[str, Any], reason: str
+) -> None:
+    from toolexec.mcp import _portable, _Unportable
+
+    with pytest.raises(_Unportable, match=reason):
+        _portable(schema)
+
+
 # -- listing and registration ---------------------------------------------------
 
 
@@ -208,7 +264,7 @@ async def test_calls_errors_unknown_tools_invalid_arguments_and_progress() -> No
     messages, _, sink = progress_recorder()
     async with open_mcp_server(registry, "t", sdk_server_entry()):
         executor = ToolExecutor(registry, sinks=[sink])
-        ok, error, unknown, invalid, optional, progress = await run(
+        ok, error, unknown, invalid, optional, progress, dotted, big = await run(
             executor,
             ("mcp__t__echo", {"text": "hello"}),
             ("mcp__t__fail", {"message": "disk full"}),
@@ -216,6 +272,8 @@ async def test_calls_errors_unknown_tools_invalid_arguments_and_progress() -> No
             ("mcp__t__echo", {"text": 3}),
             ("mcp__t__greet", {}),
             ("mcp__t__progress", {"steps": 3}),
+            ("mcp__t__notes_count", {"text": "four"}),  # the server calls it notes.count
+            ("mcp__t__big", {"size": 3_000_000}),
         )
     assert (ok.is_error, ok.text) == (False, "hello")
     assert ok.details["mcp_server"] == "t"
@@ -230,6 +288,8 @@ async def test_calls_errors_unknown_tools_invalid_arguments_and_progress() -> No
     assert optional.text == "hello everyone"
     assert progress.text == "done"
     assert messages == {"c5": ["step 1 of 3 (1/3)", "step 2 of 3 (2/3)", "step 3 of 3 (3/3)"]}
+    assert dotted.text == "4"
+    assert big.text == "x" * 3_000_000
 
 
 @attrs.frozen

@@ -23,7 +23,8 @@ Theory of operation.
   handshake).
 * *Register*: every listed tool becomes ``mcp__<server>__<tool>``. A name
   already taken by another tool is refused (``RegistrationError`` when the
-  server is opened): nothing is ever shadowed. ``readOnlyHint`` maps to
+  server is opened): nothing is ever shadowed. Characters providers refuse
+  in tool names (MCP allows dots) become ``_``. ``readOnlyHint`` maps to
   ``SideEffects.READ``; anything else (``destructiveHint``, or no hint at
   all) to ``SideEffects.EXECUTE``, since a server is an arbitrary program.
   Input schemas are rewritten into the registry's portable subset when an
@@ -55,9 +56,10 @@ import contextlib
 import logging
 import math
 import os
+import re
 import signal
 import subprocess
-from collections.abc import AsyncIterator, Iterable, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -101,6 +103,8 @@ __all__ = [
 _log = logging.getLogger("toolexec.mcp")
 
 _STDERR_LINES = 20
+# MCP allows dots (and servers send more); providers accept [A-Za-z0-9_-].
+_UNSAFE_NAME = re.compile(r"[^A-Za-z0-9_-]")
 _EXIT_GRACE = 2.0
 
 
@@ -278,23 +282,42 @@ def _rewrite(node: Any, defs: Mapping[str, Any], seen: tuple[str, ...]) -> Any:
     return out
 
 
+# Keywords that only describe; merging them loses nothing.
+_ANNOTATIONS = frozenset(
+    ("title", "description", "default", "examples", "deprecated", "$comment", "readOnly")
+)
+
+
 def _merge_types(branches: list[Any], *, exclusive: bool) -> dict[str, Any] | None:
-    """Merge alternatives that each allow one distinct type into one schema."""
+    """Merge alternatives that each allow one distinct type into one schema.
+
+    Exact because every other keyword of a branch either only describes or
+    only constrains values of that branch's type (``minLength`` says nothing
+    about integers). ``enum``/``const`` constrain every type, so they are
+    merged only beside a bare ``null`` alternative (``None`` joins the enum).
+    """
     merged: dict[str, Any] = {}
     types: list[str] = []
+    enums: list[Any] = []
     for branch in branches:
         kind = branch.get("type") if isinstance(branch, Mapping) else None
         if not isinstance(kind, str) or kind in types:
             return None
         types.append(kind)
         for name, value in branch.items():
-            if name == "type" or (name in ("title", "description") and name in merged):
-                continue
-            if name in merged and merged[name] != value:
-                return None
-            merged[name] = value
+            if name in ("enum", "const"):
+                enums.extend(value if name == "enum" else [value])
+            elif name != "type" and not (name in _ANNOTATIONS and name in merged):
+                if name in merged and merged[name] != value:
+                    return None
+                merged[name] = value
     if exclusive and {"integer", "number"} <= set(types):
         return None
+    if enums:
+        plain = [b for b in branches if "enum" not in b and "const" not in b]
+        if plain and plain != [{"type": "null"}]:
+            return None
+        merged["enum"] = enums + [None] * len(plain)
     merged["type"] = types if len(types) > 1 else types[0]
     return merged
 
@@ -302,12 +325,25 @@ def _merge_types(branches: list[Any], *, exclusive: bool) -> dict[str, Any] | No
 # -- stdio transport ----------------------------------------------------------
 
 
-def _parse_line(line: str) -> SessionMessage | Exception:
+def _parse_line(line: bytes) -> SessionMessage | Exception:
     try:
         message = mcp_types.jsonrpc_message_adapter.validate_json(line, by_name=False)
     except ValueError as exc:
         return exc
     return SessionMessage(message)
+
+
+async def _lines(stream: trio.abc.ReceiveStream) -> AsyncGenerator[bytes, None]:
+    """Split a byte stream into lines (without the newline), in linear time."""
+    pending = bytearray()
+    async for chunk in stream:
+        start = 0
+        while (end := chunk.find(b"\n", start)) != -1:
+            pending += chunk[start:end]
+            yield bytes(pending)
+            pending.clear()
+            start = end + 1
+        pending += chunk[start:]
 
 
 @attrs.define(eq=False)
@@ -355,15 +391,13 @@ class _StdioProcess:
 
     async def _read_stdout(self, process: trio.Process, send: Any) -> None:
         assert process.stdout is not None
-        buffer = b""
         async with send:
             with contextlib.suppress(trio.ClosedResourceError, trio.BrokenResourceError):
-                async for chunk in process.stdout:
-                    *lines, buffer = (buffer + chunk).split(b"\n")
-                    for line in lines:
+                async with contextlib.aclosing(_lines(process.stdout)) as lines:
+                    async for line in lines:
                         if line.strip():
                             try:
-                                await send.send(_parse_line(line.decode()))
+                                await send.send(_parse_line(line))
                             except (anyio.ClosedResourceError, anyio.BrokenResourceError):
                                 return
 
@@ -382,11 +416,9 @@ class _StdioProcess:
     async def _read_stderr(self, process: trio.Process) -> None:
         assert process.stderr is not None
         logger = _log.getChild(self.config.name)
-        buffer = b""
         with contextlib.suppress(trio.ClosedResourceError, trio.BrokenResourceError, OSError):
-            async for chunk in process.stderr:
-                *lines, buffer = (buffer + chunk).split(b"\n")
-                for raw in lines:
+            async with contextlib.aclosing(_lines(process.stderr)) as lines:
+                async for raw in lines:
                     line = raw.decode(errors="replace").rstrip()
                     self.stderr.append(line)
                     logger.debug("stderr: %s", line)
@@ -606,7 +638,7 @@ class MCPServer:
     def _definition(self, tool: mcp_types.Tool) -> ToolDefinition:
         schema = _portable(tool.input_schema)
         return ToolDefinition(
-            name=self.prefix() + tool.name,
+            name=self.prefix() + _UNSAFE_NAME.sub("_", tool.name),
             description=tool.description or tool.title or "",
             input_schema=schema,
             side_effects=_side_effects(tool),
@@ -620,8 +652,15 @@ class MCPServer:
             try:
                 definition = self._definition(tool)
                 compile_schema(definition.input_schema, tool=definition.name)
-            except (_Unportable, RegistrationError) as exc:
+            except _Unportable as exc:
                 self._skip(tool.name, f"its input schema is outside the portable subset: {exc}")
+                continue
+            except RegistrationError as exc:
+                self._skip(tool.name, str(exc))
+                continue
+            if definition.name in wanted:
+                other = wanted[definition.name].remote_name
+                self._skip(tool.name, f"its name becomes {definition.name!r}, as {other!r} does")
                 continue
             wanted[definition.name] = MCPTool(definition, self, tool.name)
         for name, old in list(self.tools.items()):

@@ -63,6 +63,18 @@ def greet(name: str | None = None) -> str:
     return f"hello {name or 'everyone'}"
 
 
+@server.tool(name="notes.count", annotations=READ_ONLY)
+def notes_count(text: str) -> int:
+    """Count the characters of a text (a dotted name, as MCP allows)."""
+    return len(text)
+
+
+@server.tool(annotations=READ_ONLY)
+def big(size: int) -> str:
+    """Return `size` characters in one result."""
+    return "x" * size
+
+
 class Node(BaseModel):
     label: str
     children: list[Node] = []
