@@ -1,0 +1,212 @@
+"""What the executor costs over the raw trio floor: per call, in wall time, in memory.
+
+Run: ``python benchmarks/bench_executor.py`` (add ``--quick`` for fewer
+repeats). In one process it measures, against the *floor* (a nursery that
+starts one task per call, each taking a ``trio.CapacityLimiter`` and calling
+the tool function directly, with no routing, validation or results):
+
+1. per-call overhead of N = 1, 10, 100, 1000 no-op read-only calls whose
+   arguments are validated against a small schema, through
+   ``ToolExecutor.execute_batch``;
+2. wall time of 100 calls of a tool that does ``await trio.sleep(0.01)``;
+3. memory per in-flight call: tracemalloc while 1000 calls are all parked
+   on one ``trio.Event`` (pools wide enough that none waits for a permit).
+
+Each figure is the median of several repeats; the table prints absolute
+numbers and the executor/floor ratio next to its target.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import statistics
+import sys
+import time
+import tracemalloc
+from typing import TYPE_CHECKING, Any
+
+import trio
+import trio.testing
+
+from toolexec import (
+    ConcurrencyConfig,
+    SideEffects,
+    ToolCall,
+    ToolExecutor,
+    ToolRegistry,
+    function_tool,
+)
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
+
+SIZES = (1, 10, 100, 1000)
+CALLS_PER_SAMPLE = 2000  # small batches are repeated so a sample lasts long enough
+WIDTH = ConcurrencyConfig().read_width  # the default read pool, used by both sides
+SLEEP_CALLS = 100
+SLEEP_SECONDS = 0.01
+PARKED = 1000
+
+TARGET_OVERHEAD = 2.0  # executor per-call time at N=1000 <= 2x the floor's
+TARGET_SLEEP = 1.2  # 100 x 10 ms batch within 1.2x of the floor's wall time
+TARGET_MEMORY = 2.0  # memory per in-flight call <= 2x the floor's
+
+
+async def noop(path: str, limit: int = 10) -> str:
+    """Do nothing (the tool body both sides call)."""
+    return ""
+
+
+async def nap(path: str, limit: int = 10) -> str:
+    """Sleep 10 ms."""
+    await trio.sleep(SLEEP_SECONDS)
+    return ""
+
+
+GATE: trio.Event | None = None
+
+
+async def park(path: str, limit: int = 10) -> str:
+    """Wait until the benchmark opens the gate."""
+    assert GATE is not None
+    await GATE.wait()
+    return ""
+
+
+def make_executor(width: int = WIDTH) -> ToolExecutor:
+    registry = ToolRegistry()
+    for fn in (noop, nap, park):
+        registry.register(function_tool(side_effects=SideEffects.READ)(fn))
+    return ToolExecutor(registry, ConcurrencyConfig(read_width=width))
+
+
+def make_calls(name: str, n: int) -> list[ToolCall]:
+    return [ToolCall(f"call_{i}", name, {"path": f"src/f{i}.py", "limit": 5}) for i in range(n)]
+
+
+async def floor_batch(
+    fn: Callable[..., Awaitable[str]], calls: list[ToolCall], limiter: trio.CapacityLimiter
+) -> None:
+    """The floor: one task per call, each under a capacity limiter."""
+
+    async def one(arguments: Any) -> None:
+        async with limiter:
+            await fn(**arguments)
+
+    async with trio.open_nursery() as nursery:
+        for call in calls:
+            nursery.start_soon(one, call.arguments)
+
+
+async def time_batches(run_once: Callable[[], Awaitable[object]], batches: int) -> float:
+    gc.collect()
+    start = time.perf_counter()
+    for _ in range(batches):
+        await run_once()
+    return time.perf_counter() - start
+
+
+async def per_call(n: int, repeats: int) -> tuple[float, float]:
+    """Median seconds per call for the executor and the floor, batches of ``n``."""
+    executor = make_executor()
+    limiter = trio.CapacityLimiter(WIDTH)
+    calls = make_calls("noop", n)
+    batches = max(1, CALLS_PER_SAMPLE // n)
+    ours: list[float] = []
+    floor: list[float] = []
+    await executor.execute_batch(calls)  # warm up both paths
+    await floor_batch(noop, calls, limiter)
+    for _ in range(repeats):  # interleave so machine noise hits both sides alike
+        ours.append(await time_batches(lambda: executor.execute_batch(calls), batches))
+        floor.append(await time_batches(lambda: floor_batch(noop, calls, limiter), batches))
+    return statistics.median(ours) / (batches * n), statistics.median(floor) / (batches * n)
+
+
+async def sleep_wall(repeats: int) -> tuple[float, float]:
+    """Median wall time of 100 calls of a 10 ms sleeping tool, executor and floor."""
+    executor = make_executor()
+    limiter = trio.CapacityLimiter(WIDTH)
+    calls = make_calls("nap", SLEEP_CALLS)
+    ours: list[float] = []
+    floor: list[float] = []
+    for _ in range(repeats):
+        ours.append(await time_batches(lambda: executor.execute_batch(calls), 1))
+        floor.append(await time_batches(lambda: floor_batch(nap, calls, limiter), 1))
+    return statistics.median(ours), statistics.median(floor)
+
+
+async def parked_memory(run_batch: Callable[[], Awaitable[object]]) -> tuple[float, float]:
+    """Bytes per call (peak, and current while parked) with every call on the gate."""
+    global GATE
+    GATE = trio.Event()
+    gc.collect()
+    tracemalloc.start()
+    base, _ = tracemalloc.get_traced_memory()
+    tracemalloc.reset_peak()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(run_batch)
+        await trio.testing.wait_all_tasks_blocked()
+        current, peak = tracemalloc.get_traced_memory()
+        GATE.set()
+    tracemalloc.stop()
+    return (peak - base) / PARKED, (current - base) / PARKED
+
+
+async def memory(repeats: int) -> tuple[tuple[float, float], tuple[float, float]]:
+    """Median (peak, current) bytes per parked call, executor and floor."""
+    executor = make_executor(PARKED)
+    limiter = trio.CapacityLimiter(PARKED)
+    calls = make_calls("park", PARKED)
+    await executor.execute_batch(make_calls("noop", PARKED))  # warm caches on both sides
+    await floor_batch(noop, calls, limiter)
+    ours: list[tuple[float, float]] = []
+    floor: list[tuple[float, float]] = []
+    for _ in range(repeats):
+        ours.append(await parked_memory(lambda: executor.execute_batch(calls)))
+        floor.append(await parked_memory(lambda: floor_batch(park, calls, limiter)))
+
+    def med(xs: list[tuple[float, float]]) -> tuple[float, float]:
+        return statistics.median(x[0] for x in xs), statistics.median(x[1] for x in xs)
+
+    return med(ours), med(floor)
+
+
+def verdict(ratio: float, target: float) -> str:
+    return f"<= {target:g}x  {'met' if ratio <= target else 'MISSED'}"
+
+
+async def main(repeats: int) -> None:
+    print(f"toolexec executor vs raw trio floor: median of {repeats} repeats")
+    print(f"python {sys.version.split()[0]}, trio {trio.__version__}, read width {WIDTH}")
+    print()
+    print(f"{'measurement':<34}{'executor':>12}{'floor':>12}{'ratio':>8}  target")
+    for n in SIZES:
+        ours, floor = await per_call(n, repeats)
+        ratio = ours / floor
+        target = verdict(ratio, TARGET_OVERHEAD) if n == 1000 else ""
+        label = f"no-op call, N={n} (us/call)"
+        print(f"{label:<34}{ours * 1e6:>12.1f}{floor * 1e6:>12.1f}{ratio:>7.2f}x  {target}")
+    ours, floor = await sleep_wall(repeats)
+    ratio = ours / floor
+    label = f"{SLEEP_CALLS} x 10 ms sleep (ms wall)"
+    print(
+        f"{label:<34}{ours * 1e3:>12.1f}{floor * 1e3:>12.1f}{ratio:>7.2f}x  "
+        f"{verdict(ratio, TARGET_SLEEP)}"
+    )
+    (ours_peak, ours_now), (floor_peak, floor_now) = await memory(max(3, repeats // 3))
+    ratio = ours_peak / floor_peak
+    label = f"memory, {PARKED} parked (peak B/call)"
+    print(
+        f"{label:<34}{ours_peak:>12.0f}{floor_peak:>12.0f}{ratio:>7.2f}x  "
+        f"{verdict(ratio, TARGET_MEMORY)}"
+    )
+    label = f"memory, {PARKED} parked (held B/call)"
+    print(f"{label:<34}{ours_now:>12.0f}{floor_now:>12.0f}{ours_now / floor_now:>7.2f}x")
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="3 repeats instead of 15")
+    args = parser.parse_args()
+    trio.run(main, 3 if args.quick else 15)
