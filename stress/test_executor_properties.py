@@ -7,9 +7,23 @@ a tool that always fails; each sync or async, each with an optional timeout
 and an optional per-tool cap), random class widths, a random strategy, a
 batch of calls (some unknown, some with bad JSON or schema-invalid
 arguments, some asked to fail, each sleeping a random mock time), optional
-steering that fires at a random checkpoint, and an optional host cancel at a
-random mock time. The batch runs under ``trio.run`` with
+steering that fires at a random checkpoint, and an optional host cancel
+(at a random mock time; with ``STRESS_RACING_CANCELS=1`` also before
+``run()`` and from an event sink). The batch runs under ``trio.run`` with
 ``MockClock(autojump_threshold=0)``.
+
+The checks, for every example: exactly one result per call, in call order,
+ids and names matching; each result is the reference's, or ``skipped``
+after steering fired, or ``cancelled`` after a host cancel (and a call that
+had not ended when the host cancelled is ``cancelled``; after the first
+cancelled run, every later run is cancelled); effects happened for exactly
+the calls that succeeded; the final store equals the reference's over
+exactly those calls, in call order; every read saw exactly the writes
+emitted before it; calls overlap only within their run, serial mutators run
+alone and in emitted order; class widths and per-tool caps are never
+exceeded (instrumented high-water marks); afterwards ``statistics()`` shows
+no borrowed or waiting permit and no call in flight, and every trio task
+spawned during the batch has exited.
 
 The reference executes the same calls one after another in call order with
 the same failure rules: an unknown tool is ``not_found``, bad or invalid
