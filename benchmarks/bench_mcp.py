@@ -7,7 +7,11 @@ connection:
 
 1. *sequential*: one ``echo`` call at a time, through
    ``ToolExecutor.execute_batch([call])`` versus ``client.call_tool`` (the
-   SDK ``Client`` toolexec holds, so both sides share server and transport);
+   SDK ``Client`` toolexec holds, so both sides share server and transport).
+   ``echo`` is a sync function, which the SDK server runs in a worker
+   thread, as most simple Python tools are; ``ping`` is async and answers
+   at once, the fastest round trip an SDK server offers, so the executor's
+   fixed cost weighs most there;
 2. *batch of 10*: ten read-only ``echo`` calls in one batch versus ten
    ``client.call_tool`` started together in a nursery;
 3. *transport*: the same sequential raw calls over the SDK's own stdio
@@ -110,7 +114,16 @@ async def main(quick: bool) -> None:
                     nursery.start_soon(client.call_tool, "echo", ARGS)
             return None
 
+        ping = [ToolCall("c0", "mcp__bench__ping", ARGS)]
+
+        async def ours_ping() -> object:
+            return await executor.execute_batch(ping)
+
+        async def raw_ping() -> object:
+            return await client.call_tool("ping", ARGS)
+
         await compare("sequential, per call", ours_one, raw_one, rounds)
+        await compare("sequential, async tool, per call", ours_ping, raw_ping, rounds)
         await compare("batch of 10 read-only, per call", ours_ten, raw_ten, rounds // 5, 10)
 
         params = StdioServerParameters(command=sys.executable, args=[str(SERVER)])

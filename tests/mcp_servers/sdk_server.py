@@ -42,6 +42,12 @@ def echo(text: str) -> str:
 
 
 @server.tool(annotations=READ_ONLY)
+async def ping(text: str) -> str:
+    """Return the text at once (async: no worker thread on the server)."""
+    return text
+
+
+@server.tool(annotations=READ_ONLY)
 def read_note(path: str) -> str:
     """Read a note file ('' when it does not exist)."""
     try:
