@@ -5,8 +5,9 @@
 * ``http_server_url``: the same server over streamable HTTP on 127.0.0.1,
   on a port the OS picked; killed with its process group afterwards.
 * ``filesystem_server``: the path of the reference filesystem server from
-  npm, installed once into the pytest cache (kept between runs, so one
-  CI job installs it once); skipped when Node.js or npm is missing.
+  npm, installed once into the pytest cache (or the temp directory when the
+  cache plugin is off) and kept between runs, so one CI job installs it
+  once; skipped when Node.js or npm is missing.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -76,7 +78,11 @@ def filesystem_server(request: pytest.FixtureRequest) -> Path:
     """Install the reference filesystem server from npm (cached); return its executable."""
     if shutil.which("node") is None or shutil.which("npm") is None:
         pytest.skip("Node.js and npm are needed for the reference filesystem MCP server")
-    prefix = request.config.cache.mkdir("mcp-server-filesystem")
+    cache = getattr(request.config, "cache", None)  # absent under -p no:cacheprovider
+    if cache is not None:
+        prefix = cache.mkdir("mcp-server-filesystem")
+    else:
+        prefix = Path(tempfile.gettempdir()) / "toolexec-mcp-server-filesystem"
     binary = prefix / "node_modules" / ".bin" / "mcp-server-filesystem"
     if not binary.exists():
         subprocess.run(
