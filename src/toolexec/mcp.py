@@ -39,6 +39,11 @@ Theory of operation.
   ``execution_error`` naming the server, never a hang. A timeout or a
   cancel cancels the request scope, and the SDK sends
   ``notifications/cancelled`` so the server stops the work.
+* *Isolation*: each connection lives in a task of its own, not around the
+  caller's block, so a transport that fails (a server killed mid-stream)
+  ends that connection, and its later calls get error results, without
+  cancelling the caller. The caller's own exceptions come out unwrapped,
+  not inside the exception groups of the SDK's task groups.
 * *Refresh*: a ``notifications/tools/list_changed`` (handshake-era
   servers) or a ``subscriptions/listen`` event (2026 servers) re-lists the
   tools and updates the registry: new tools appear, removed ones go,
