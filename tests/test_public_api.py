@@ -32,3 +32,17 @@ def test_every_public_name_is_documented_in_the_api_page():
     api = (Path(__file__).parent.parent / "docs" / "api.md").read_text()
     missing = [n for n in toolexec.__all__ if f"`{n}`" not in api]
     assert missing == []
+
+
+def test_api_page_is_generated_from_the_current_docstrings():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "gen_api", Path(__file__).parent.parent / "docs" / "gen_api.py"
+    )
+    assert spec is not None
+    assert spec.loader is not None
+    gen_api = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gen_api)
+    page = (Path(__file__).parent.parent / "docs" / "api.md").read_text()
+    assert page == gen_api.render(), "docs/api.md is stale: run `python docs/gen_api.py`"
