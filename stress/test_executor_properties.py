@@ -97,8 +97,10 @@ MUTATORS = ("write", "append", "incr")
 TIMEOUTS = (None, None, None, 0.5, 1.5, 2.5)
 DEFAULT_TIMEOUT = 60.0
 
-# Host cancels. "at_time" cancels from another task at a mock time when every
-# call is parked, so only calls already running are interrupted. The racing
+# Host cancels. "at_time" cancels the batch from another task at a mock time
+# when every call is parked, so only calls already running are interrupted;
+# "enclosing" cancels a scope around ``run()`` instead, which must propagate
+# (no outcome) and leave nothing running or held. The racing
 # cancels land just as calls are about to start: before ``run()``, from an
 # event sink inside the call path, or in the same instant a run ends. The
 # promise is the same (a call that had not ended gets ``cancelled`` and never
@@ -107,7 +109,7 @@ DEFAULT_TIMEOUT = 60.0
 # without a checkpoint runs after the cancel. ``STRESS_RACING_CANCELS=1``
 # turns the racing cancels on.
 RACING_CANCELS = os.environ.get("STRESS_RACING_CANCELS", "") == "1"
-CANCEL_MODES: tuple[str, ...] = ("none", "none", "at_time", "at_time")
+CANCEL_MODES: tuple[str, ...] = ("none", "none", "at_time", "at_time", "enclosing")
 if RACING_CANCELS:
     CANCEL_MODES += ("before_run", "from_sink")
 CANCEL_OFFSET = 0.0 if RACING_CANCELS else 0.25
@@ -156,7 +158,7 @@ class Case:
     calls: tuple[CallSpec, ...]
     config: ConcurrencyConfig
     strategy: ExecutionStrategy
-    cancel: Literal["none", "at_time", "before_run", "from_sink"]
+    cancel: Literal["none", "at_time", "enclosing", "before_run", "from_sink"]
     cancel_at: float
     steer_at: int | None
     steer_async: bool
@@ -327,12 +329,12 @@ class World:
                 self.applied.append(call_id)
         return ToolOutput.text("ok")
 
-    def cancel(self, batch: Batch) -> None:
-        """Cancel the batch, noting which calls had ended by then."""
+    def cancel(self, scope: Batch | trio.CancelScope) -> None:
+        """Cancel the batch (or a scope around it), noting which calls had ended."""
         with self.lock:
             if self.ended_at_cancel is None:
                 self.ended_at_cancel = frozenset(self.ended)
-        batch.cancel()
+        scope.cancel()
 
     def run_in_thread(self, spec: ToolSpec, call_id: str, args: Mapping[str, Any]) -> ToolOutput:
         with self.lock:
@@ -467,7 +469,7 @@ class Run:
     """What one example produced."""
 
     batch: Batch
-    outcome: BatchOutcome
+    outcome: BatchOutcome | None  # None: an enclosing scope cancelled the run
     executor: ToolExecutor
     cancel_fired: bool = False
     steer_fired_after: int | None = None
@@ -482,13 +484,15 @@ def execute(case: Case, world: World) -> Run:
     polls = results_seen = 0
     state: dict[str, Any] = {"done": False, "cancel_fired": False, "steer": None}
     batches: list[Batch] = []
+    outer = trio.CancelScope()
 
     def cancel_now() -> None:
+        target = outer if case.cancel == "enclosing" else batches[0]
         if not state["done"]:
             state["cancel_fired"] = True
-            world.cancel(batches[0])
+            world.cancel(target)
         else:  # a cancel after the batch returned must be harmless
-            batches[0].cancel()
+            target.cancel()
 
     def on_event(event: Event) -> None:
         # The host reacts to the n-th result event by cancelling (from inside
@@ -529,12 +533,14 @@ def execute(case: Case, world: World) -> Run:
             world.run_of.update(dict.fromkeys(run.call_ids, run.index))
         async with trio.open_nursery() as nursery:
             nursery.start_soon(world.keep_alive)
-            if case.cancel == "at_time":
+            if case.cancel in ("at_time", "enclosing"):
                 nursery.start_soon(cancel_later, case.cancel_at)
             before = set(counter.live)
             if case.cancel == "before_run":
                 cancel_now()
-            outcome = await batch.run(steering=steering)
+            outcome = None
+            with outer:
+                outcome = await batch.run(steering=steering)
             state["done"] = True
             leftover = len(counter.live - before)
             nursery.cancel_scope.cancel()
@@ -586,6 +592,17 @@ def replay(case: Case, applied: set[str]) -> tuple[dict[str, Any], list[Snapshot
 
 def check(case: Case, world: World, run: Run) -> None:
     outcome = run.outcome
+    if outcome is None:
+        # Cancelled from an enclosing scope: no results, but the world must be
+        # as consistent as after any other cancel.
+        assert run.cancel_fired
+        assert world.ended_at_cancel is not None
+        for cid in world.applied:
+            tool = case.tools[case.calls[int(cid[1:])].tool]
+            assert tool.sync or cid in world.ended_at_cancel, cid
+        check_world(case, world, run)
+        event("cancel=enclosing propagated")
+        return
     results = outcome.results
     calls = [to_tool_call(case, i) for i in range(len(case.calls))]
 
@@ -595,8 +612,10 @@ def check(case: Case, world: World, run: Run) -> None:
     for r in results:
         assert r.is_error == (r.error_class is not None), r
 
-    # The host's cancel is reported exactly when it landed during the run.
-    assert outcome.cancelled == run.cancel_fired
+    # The host's cancel is reported exactly when it landed during the run
+    # (a cancel of an enclosing scope is not the batch's to report).
+    batch_cancelled = run.cancel_fired and case.cancel != "enclosing"
+    assert outcome.cancelled == batch_cancelled
     steered = run.steer_fired_after
     assert outcome.steering_messages == (("stop",) if steered is not None else ())
 
@@ -620,7 +639,8 @@ def check(case: Case, world: World, run: Run) -> None:
         assert r.routing is case.tools[spec.tool].routing, r
 
     # A call that had not ended when the host cancelled gets ``cancelled``.
-    if world.ended_at_cancel is not None:
+    if batch_cancelled:
+        assert world.ended_at_cancel is not None
         for r in results:
             if r.error_class not in (ErrorClass.CANCELLED, ErrorClass.SKIPPED):
                 assert r.call_id in world.ended_at_cancel or world.run_of.get(r.call_id) is None, (
@@ -641,7 +661,6 @@ def check(case: Case, world: World, run: Run) -> None:
     # Effects happened exactly for the calls that succeeded (a sync call
     # abandoned by a host cancel may have applied its effect).
     applied = set(world.applied)
-    assert len(applied) == len(world.applied), "an effect was applied twice"
     for i, r in enumerate(results):
         spec = case.calls[i]
         if spec.kind != "tool" or case.tools[spec.tool].op not in MUTATORS:
@@ -656,20 +675,33 @@ def check(case: Case, world: World, run: Run) -> None:
         successes = {r.call_id for r in results if r.error_class is None}
         assert applied <= successes
 
+    for i, r in enumerate(results):
+        read = case.calls[i].kind == "tool" and case.tools[case.calls[i].tool].op == "read"
+        if read and r.error_class is None:
+            assert r.call_id in world.observed, f"successful read {r.call_id} observed nothing"
+
+    check_world(case, world, run)
+    event(f"cancel={case.cancel} fired={outcome.cancelled}")
+    event(f"successes={sum(r.error_class is None for r in results) > 0}")
+    event(f"steered={steered is not None}")
+    event(f"strategy={type(case.strategy).__name__}")
+
+
+def check_world(case: Case, world: World, run: Run) -> None:
+    """Check the store, the reads, overlaps, caps, permits and tasks."""
     # The final store is the reference's, over exactly the calls that applied.
+    applied = set(world.applied)
+    assert len(applied) == len(world.applied), "an effect was applied twice"
     final, seen = replay(case, applied)
     assert world.store == final
 
     # Every read saw exactly the writes emitted before it.
-    for i, r in enumerate(results):
-        if r.call_id in world.observed:
-            assert world.observed[r.call_id] == seen[i], (r.call_id, world.observed, seen[i])
-        elif r.error_class is None and case.tools[case.calls[i].tool].op == "read":
-            raise AssertionError(f"successful read {r.call_id} observed nothing")
+    for cid, observed in world.observed.items():
+        assert observed == seen[int(cid[1:])], (cid, observed, seen[int(cid[1:])])
 
     # Overlap only within a run; serial mutators alone and in emitted order.
     assert not world.violations, world.violations
-    for plan in outcome.plan.runs:
+    for plan in run.batch.plan.runs:
         if plan.routing is RoutingClass.SERIAL_MUT:
             order = [c for c in world.starts if c in plan.call_ids]
             assert order == sorted(order, key=lambda c: int(c[1:])), order
@@ -694,11 +726,6 @@ def check(case: Case, world: World, run: Run) -> None:
     assert stats.calls_in_flight == 0, stats
     assert not world.active, world.active
     assert run.leftover_tasks == 0
-
-    event(f"cancel={case.cancel} fired={outcome.cancelled}")
-    event(f"successes={sum(r.error_class is None for r in results) > 0}")
-    event(f"steered={steered is not None}")
-    event(f"strategy={type(case.strategy).__name__}")
 
 
 @settings(settings.get_profile(stress_profile()))
