@@ -8,8 +8,8 @@ and an optional per-tool cap), random class widths, a random strategy, a
 batch of calls (some unknown, some with bad JSON or schema-invalid
 arguments, some asked to fail, each sleeping a random mock time), optional
 steering that fires at a random checkpoint, and an optional host cancel
-(at a random mock time; with ``STRESS_RACING_CANCELS=1`` also before
-``run()`` and from an event sink). The batch runs under ``trio.run`` with
+(at a random mock time, before ``run()``, from an event sink inside the
+call path, or in the same instant a run ends). The batch runs under ``trio.run`` with
 ``MockClock(autojump_threshold=0)``.
 
 The checks, for every example: exactly one result per call, in call order,
@@ -49,7 +49,6 @@ takes zero mock time, as a fast blocking function should.
 from __future__ import annotations
 
 import json
-import os
 import threading
 from collections import Counter
 from typing import TYPE_CHECKING, Any, Literal
@@ -103,16 +102,19 @@ DEFAULT_TIMEOUT = 60.0
 # (no outcome) and leave nothing running or held. The racing
 # cancels land just as calls are about to start: before ``run()``, from an
 # event sink inside the call path, or in the same instant a run ends. The
-# promise is the same (a call that had not ended gets ``cancelled`` and never
-# runs) but the executor does not keep it yet: it admits and starts a call
-# without checking for cancellation first, so a tool that reaches its end
-# without a checkpoint runs after the cancel. ``STRESS_RACING_CANCELS=1``
-# turns the racing cancels on.
-RACING_CANCELS = os.environ.get("STRESS_RACING_CANCELS", "") == "1"
-CANCEL_MODES: tuple[str, ...] = ("none", "none", "at_time", "at_time", "enclosing")
-if RACING_CANCELS:
-    CANCEL_MODES += ("before_run", "from_sink")
-CANCEL_OFFSET = 0.0 if RACING_CANCELS else 0.25
+# promise is the same: a call that had not ended gets ``cancelled`` and never
+# runs (the executor checks for cancellation after admission, before the
+# tool starts).
+CANCEL_MODES: tuple[str, ...] = (
+    "none",
+    "none",
+    "at_time",
+    "at_time",
+    "enclosing",
+    "before_run",
+    "from_sink",
+)
+CANCEL_OFFSET = 0.0
 
 Snapshot = tuple[tuple[str, Any], ...]
 

@@ -420,7 +420,26 @@ class ToolExecutor:
         try:
             await _acquire(class_limiter, slot)
             try:
-                slot.finish(await self._invoke(slot, batch))
+                # A cancel may have landed while this call waited for its turn (or
+                # before the batch ran), and the nowait fast path does not look:
+                # never start a tool after it.
+                await trio.lowlevel.checkpoint_if_cancelled()
+                ctx, start, timeout = self._begin(slot, batch)
+                output: ToolOutput | None = None
+                failure: ToolResult | None = None
+                self._in_flight += 1
+                try:
+                    with trio.CancelScope(deadline=start + timeout) as scope:
+                        output = await slot.entry.factory().execute(slot.arguments, ctx)
+                except ToolError as exc:
+                    failure = _error(slot, exc.error_class, exc.message)
+                except Exception as exc:
+                    failure = self._crashed(slot, exc)
+                finally:
+                    self._in_flight -= 1
+                slot.finish(
+                    self._conclude(slot, output, failure, scope.cancel_called, start, timeout)
+                )
             finally:
                 class_limiter.release_on_behalf_of(slot)
         finally:
@@ -508,10 +527,20 @@ class ToolExecutor:
         slot.arguments = json.loads(request.arguments)  # run exactly what was shown
         return None
 
-    async def _invoke(self, slot: CallSlot, batch: Batch) -> ToolResult:
-        call, entry = slot.call, slot.entry
+    def _crashed(self, slot: CallSlot, exc: Exception) -> ToolResult:
+        call = slot.call
+        _log.error("tool %r raised in call %r", call.name, call.id, exc_info=exc)
+        return _error(
+            slot,
+            ErrorClass.EXECUTION_ERROR,
+            f"Tool '{call.name}' failed: {type(exc).__name__}: {exc}",
+            details={"traceback": "".join(traceback.format_exception(exc))},
+        )
+
+    def _begin(self, slot: CallSlot, batch: Batch) -> tuple[ToolContext, float, float]:
+        call = slot.call
         grant: ExecutionGrant = slot.grant or HOST_GRANT
-        timeout = entry.definition.effective_timeout
+        timeout = slot.entry.definition.effective_timeout
         if grant.timeout is not None and grant.timeout < timeout:
             timeout = grant.timeout
         slot.advance(State.RUNNING)
@@ -540,26 +569,20 @@ class ToolExecutor:
             self.grace_period,
             emit=batch.progress_emitter(call) if sinks or self.hooks else _no_emit,
         )
-        self._in_flight += 1
-        output: ToolOutput | None = None
-        failure: ToolResult | None = None
-        try:
-            with trio.CancelScope(deadline=start + timeout) as scope:
-                output = await entry.factory().execute(slot.arguments, ctx)
-        except ToolError as exc:
-            failure = _error(slot, exc.error_class, exc.message)
-        except Exception as exc:
-            _log.error("tool %r raised in call %r", call.name, call.id, exc_info=True)
-            failure = _error(
-                slot,
-                ErrorClass.EXECUTION_ERROR,
-                f"Tool '{call.name}' failed: {type(exc).__name__}: {exc}",
-                details={"traceback": traceback.format_exc()},
-            )
-        finally:
-            self._in_flight -= 1
+        return ctx, start, timeout
+
+    def _conclude(
+        self,
+        slot: CallSlot,
+        output: ToolOutput | None,
+        failure: ToolResult | None,
+        timed_out: bool,
+        start: float,
+        timeout: float,
+    ) -> ToolResult:
+        call = slot.call
         duration = trio.current_time() - start
-        if scope.cancel_called:
+        if timed_out:
             failure = _error(
                 slot,
                 ErrorClass.TIMEOUT,
@@ -576,6 +599,7 @@ class ToolExecutor:
                 duration=duration,
             )
         content = output.content
+        grant: ExecutionGrant = slot.grant or HOST_GRANT
         if grant.max_output_chars is not None:
             content = _cap_output(content, grant.max_output_chars)
         return ToolResult(

@@ -94,9 +94,7 @@ class FunctionTool:
 
     async def execute(self, arguments: Mapping[str, Any], ctx: ToolContext) -> ToolOutput:
         """Call the function with the arguments (and the context, if it asks)."""
-        kwargs = dict(arguments)
-        if self._ctx_param is not None:
-            kwargs[self._ctx_param] = ctx
+        kwargs = arguments if self._ctx_param is None else {**arguments, self._ctx_param: ctx}
         if self._is_async:
             value = await self.fn(**kwargs)
         else:
