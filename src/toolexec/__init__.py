@@ -20,6 +20,7 @@ from ._approval import (
     TerminalApprover,
 )
 from ._audit import JsonlAuditSink
+from ._batch import Batch, BatchOutcome, Steering
 from ._builtins import (
     EchoTool,
     EditFileTool,
@@ -48,7 +49,7 @@ from ._events import (
     RunFinished,
     RunStarted,
 )
-from ._executor import Batch, BatchOutcome, Steering, ToolExecutor
+from ._executor import ToolExecutor
 from ._function import FunctionTool, function_tool
 from ._hooks import CallHook, HookDecision, Rewrite, Skip
 from ._limits import ConcurrencyConfig, ExecutorStatistics, PoolStatistics

@@ -32,7 +32,8 @@ from ._model import Message, Usage
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
-    from ._executor import Batch, BatchOutcome, ToolExecutor
+    from ._batch import Batch, BatchOutcome
+    from ._executor import ToolExecutor
     from ._model import Model, ModelResponse
 
 __all__ = ["AgentLoop", "AgentResult", "StopReason"]

@@ -2,60 +2,45 @@
 
 Theory of operation.
 
-1. *Plan* (synchronous, no I/O): each call is looked up, its arguments
-   parsed and validated, and the policy asked. A failure at any step is a
-   short-circuit: the call is answered at once with an error result, takes no
-   permit and never splits a run. The rest get a routing class (DESIGN 3.1)
-   and the strategy cuts them into runs of one class, in emitted order.
-2. *Run*: runs execute one after another inside the batch's cancel scope.
-   Calls of a read-only or concurrent-mutator run start together in a
-   nursery the batch owns; a serial-mutator run executes its calls one at a
-   time in emitted order (a width-1 limiter alone would not give order).
-   Steering is polled after each run; if it returns messages the calls not
-   yet started are answered ``skipped``.
-3. *Call*: approval first (a waiting human holds no permit), then the
-   tool's limiter, then the class limiter, then the tool under its deadline.
+1. *Plan* (``prepare``; synchronous, no I/O): each call is looked up, its
+   arguments parsed and validated, hooks and the policy asked, and its
+   approval mode decided. A failure at any step is a short-circuit: the call
+   is answered at once with an error result, takes no permit and never
+   splits a run. The rest get a routing class (DESIGN 3.1) and the strategy
+   cuts them into runs of one class, in emitted order.
+2. *Run* (``_batch.Batch``): runs one after another, serial runs call by
+   call in emitted order, steering between runs, host cancel.
+3. *Call* (``_run_call``): approval first (a waiting human holds no permit),
+   then the tool's limiter, then the class limiter, a last check that the
+   batch was not cancelled meanwhile, then the tool under its deadline.
    Every exception a tool raises becomes a result; ``trio.Cancelled`` and
-   ``KeyboardInterrupt`` are never caught here.
-4. *Finish*: a host cancel cancels the batch scope; trio unwinds every task,
-   the scope absorbs its own cancellation, and each call still without a
-   result is answered ``cancelled``. Cancellation from an enclosing scope is
-   not ours to absorb: it propagates, as trio requires.
+   ``KeyboardInterrupt`` are never caught here. Permits are released on
+   every path.
 """
 
 from __future__ import annotations
 
-import inspect
 import itertools
 import json
 import logging
 import traceback
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, TypeAlias
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 import attrs
 import trio
 
 from ._approval import ApprovalConfig, ApprovalMode, ApprovalRequest, Approver, canonical_json
+from ._batch import Batch, BatchOutcome, Steering
 from ._errors import ToolError
 from ._events import (
     ApprovalRequested,
     ApprovalResolved,
-    BatchFinished,
-    BatchPlanned,
-    CallCompleted,
-    CallFailed,
-    CallProgress,
     CallStarted,
-    CallUpdate,
     EventSink,
-    InputInvalid,
-    RunFinished,
-    RunStarted,
-    emit_to,
 )
 from ._hooks import CallHook, Rewrite, Skip
-from ._lifecycle import CallSlot, State
+from ._lifecycle import CallSlot, State, error_result
 from ._limits import ConcurrencyConfig, ExecutorStatistics, Pools
 from ._plan import BatchPlan, ExecutionStrategy, Parallel, RunPlan
 from ._policy import HOST_GRANT, AllowAll, Ask, Deny, ExecutionGrant, ToolPolicy
@@ -75,26 +60,9 @@ if TYPE_CHECKING:
     from ._registry import ToolRegistry
     from ._subagent import AgentTree
 
-__all__ = ["Batch", "BatchOutcome", "Steering", "ToolExecutor"]
+__all__ = ["ToolExecutor"]
 
 _log = logging.getLogger("toolexec")
-
-Steering: TypeAlias = Callable[[], Sequence[str] | Awaitable[Sequence[str] | None] | None]
-
-SKIPPED_TEXT = "Skipped: the user sent a new message before this call started."
-CANCELLED_TEXT = "Cancelled: the host cancelled this call before it finished."
-
-
-def _error(slot: CallSlot, error_class: ErrorClass, text: str, **kw: Any) -> ToolResult:
-    return ToolResult(
-        slot.call.id,
-        slot.call.name,
-        (TextContent(text),),
-        True,
-        error_class,
-        routing=slot.routing,
-        **kw,
-    )
 
 
 def _as_sinks(sinks: Iterable[EventSink]) -> tuple[EventSink, ...]:
@@ -103,23 +71,6 @@ def _as_sinks(sinks: Iterable[EventSink]) -> tuple[EventSink, ...]:
 
 def _as_hooks(hooks: Iterable[CallHook]) -> tuple[CallHook, ...]:
     return tuple(hooks)
-
-
-@attrs.frozen
-class BatchOutcome:
-    """What a batch hands back.
-
-    Attributes:
-        results: exactly one per call, in call order.
-        plan: the runs the batch was cut into.
-        steering_messages: what steering returned, if it fired.
-        cancelled: whether the host cancelled the batch.
-    """
-
-    results: tuple[ToolResult, ...]
-    plan: BatchPlan
-    steering_messages: tuple[str, ...] = ()
-    cancelled: bool = False
 
 
 @attrs.define(eq=False, on_setattr=attrs.setters.NO_OP)
@@ -259,7 +210,7 @@ class ToolExecutor:
         if entry is None:
             names = ", ".join(self.registry.names()) or "(none)"
             slot.finish(
-                _error(
+                error_result(
                     slot, ErrorClass.NOT_FOUND, f"Tool '{call.name}' not found. Available: {names}"
                 )
             )
@@ -271,7 +222,7 @@ class ToolExecutor:
         if not entry.schema.is_valid(arguments):
             violations = entry.schema.violations(arguments) or ["arguments do not match"]
             slot.finish(
-                _error(
+                error_result(
                     slot,
                     ErrorClass.INVALID_ARGUMENTS,
                     f"Invalid arguments for tool '{call.name}':\n- " + "\n- ".join(violations),
@@ -286,7 +237,7 @@ class ToolExecutor:
         decision = self.policy.decide(definition, slot.arguments, self.agent_path)
         if isinstance(decision, Deny):
             slot.finish(
-                _error(
+                error_result(
                     slot,
                     ErrorClass.PERMISSION_DENIED,
                     f"Permission denied for tool '{call.name}': {decision.reason}",
@@ -302,7 +253,7 @@ class ToolExecutor:
                 mode = ApprovalMode.PROMPT
         if mode is ApprovalMode.DENY:
             slot.finish(
-                _error(
+                error_result(
                     slot,
                     ErrorClass.PERMISSION_DENIED,
                     f"Permission denied for tool '{call.name}': the confirmation policy denies "
@@ -323,7 +274,7 @@ class ToolExecutor:
             except Exception as exc:
                 _log.exception("before_call hook %r raised; denying the call", hook)
                 slot.finish(
-                    _error(
+                    error_result(
                         slot,
                         ErrorClass.PERMISSION_DENIED,
                         f"Permission denied for tool '{call.name}': a safety check failed "
@@ -333,7 +284,9 @@ class ToolExecutor:
                 return False
             if isinstance(decision, Skip):
                 slot.finish(
-                    _error(slot, ErrorClass.SKIPPED, f"Skipped by the host: {decision.reason}")
+                    error_result(
+                        slot, ErrorClass.SKIPPED, f"Skipped by the host: {decision.reason}"
+                    )
                 )
                 return False
             if isinstance(decision, Rewrite):
@@ -341,7 +294,7 @@ class ToolExecutor:
                 if not entry.schema.is_valid(arguments):
                     violations = entry.schema.violations(arguments)
                     slot.finish(
-                        _error(
+                        error_result(
                             slot,
                             ErrorClass.INVALID_ARGUMENTS,
                             f"Invalid arguments for tool '{call.name}' after the host rewrote "
@@ -363,7 +316,7 @@ class ToolExecutor:
             value = json.loads(raw) if raw.strip() else {}
         except (json.JSONDecodeError, AttributeError, TypeError) as exc:
             slot.finish(
-                _error(
+                error_result(
                     slot,
                     ErrorClass.INVALID_ARGUMENTS,
                     f"Invalid arguments for tool '{slot.call.name}': the arguments "
@@ -373,7 +326,7 @@ class ToolExecutor:
             return None
         if not isinstance(value, dict):
             slot.finish(
-                _error(
+                error_result(
                     slot,
                     ErrorClass.INVALID_ARGUMENTS,
                     f"Invalid arguments for tool '{slot.call.name}': expected a JSON "
@@ -432,7 +385,7 @@ class ToolExecutor:
                     with trio.CancelScope(deadline=start + timeout) as scope:
                         output = await slot.entry.factory().execute(slot.arguments, ctx)
                 except ToolError as exc:
-                    failure = _error(slot, exc.error_class, exc.message)
+                    failure = error_result(slot, exc.error_class, exc.message)
                 except Exception as exc:
                     failure = self._crashed(slot, exc)
                 finally:
@@ -452,13 +405,13 @@ class ToolExecutor:
         if mode is ApprovalMode.PROMPT_ONCE and call.name in self._memory:
             if self._memory[call.name]:
                 return None
-            return _error(
+            return error_result(
                 slot,
                 ErrorClass.USER_DENIED,
                 f"The user denied tool '{call.name}' for the rest of this session.",
             )
         if self.approver is None:
-            return _error(
+            return error_result(
                 slot,
                 ErrorClass.PERMISSION_DENIED,
                 f"Permission denied for tool '{call.name}': it needs approval and no "
@@ -473,45 +426,27 @@ class ToolExecutor:
             slot.reason,
         )
         timeout = self.approval.timeout if self.approval is not None else 300.0
-        if self.sinks:
-            emit_to(
-                self.sinks,
-                ApprovalRequested(
-                    agent_path=self.agent_path,
-                    batch_id=batch.id,
-                    time=trio.current_time(),
-                    call_id=call.id,
-                    tool_name=call.name,
-                    summary=request.summary,
-                ),
-            )
+        batch.emit_call_event(ApprovalRequested, call, summary=request.summary)
         answer = None
         try:
             with trio.move_on_after(timeout):
                 answer = await self.approver.request(request)
         except Exception as exc:
             _log.exception("approver %r raised; denying the call", self.approver)
-            return _error(
+            return error_result(
                 slot,
                 ErrorClass.PERMISSION_DENIED,
                 f"Permission denied for tool '{call.name}': the approval could not be "
                 f"obtained ({type(exc).__name__}).",
             )
-        if self.sinks:
-            emit_to(
-                self.sinks,
-                ApprovalResolved(
-                    agent_path=self.agent_path,
-                    batch_id=batch.id,
-                    time=trio.current_time(),
-                    call_id=call.id,
-                    tool_name=call.name,
-                    approved=bool(answer and answer.approved),
-                    by=answer.by if answer is not None else "timeout",
-                ),
-            )
+        batch.emit_call_event(
+            ApprovalResolved,
+            call,
+            approved=bool(answer and answer.approved),
+            by=answer.by if answer is not None else "timeout",
+        )
         if answer is None:
-            return _error(
+            return error_result(
                 slot,
                 ErrorClass.CONFIRMATION_TIMEOUT,
                 f"No answer to the approval request for tool '{call.name}' within "
@@ -521,7 +456,7 @@ class ToolExecutor:
             self._memory[call.name] = answer.approved
         if not answer.approved:
             why = f": {answer.reason}" if answer.reason else "."
-            return _error(
+            return error_result(
                 slot, ErrorClass.USER_DENIED, f"The user denied this call of '{call.name}'{why}"
             )
         slot.arguments = json.loads(request.arguments)  # run exactly what was shown
@@ -530,7 +465,7 @@ class ToolExecutor:
     def _crashed(self, slot: CallSlot, exc: Exception) -> ToolResult:
         call = slot.call
         _log.error("tool %r raised in call %r", call.name, call.id, exc_info=exc)
-        return _error(
+        return error_result(
             slot,
             ErrorClass.EXECUTION_ERROR,
             f"Tool '{call.name}' failed: {type(exc).__name__}: {exc}",
@@ -546,18 +481,7 @@ class ToolExecutor:
         slot.advance(State.RUNNING)
         start = trio.current_time()
         sinks = self.sinks
-        if sinks:
-            emit_to(
-                sinks,
-                CallStarted(
-                    agent_path=self.agent_path,
-                    batch_id=batch.id,
-                    time=start,
-                    call_id=call.id,
-                    tool_name=call.name,
-                    routing=slot.routing,
-                ),
-            )
+        batch.emit_call_event(CallStarted, call, routing=slot.routing)
         ctx = ToolContext(
             call.id,
             call.name,
@@ -583,7 +507,7 @@ class ToolExecutor:
         call = slot.call
         duration = trio.current_time() - start
         if timed_out:
-            failure = _error(
+            failure = error_result(
                 slot,
                 ErrorClass.TIMEOUT,
                 f"Tool '{call.name}' timed out after {timeout:g}s and was cancelled.",
@@ -591,7 +515,7 @@ class ToolExecutor:
         if failure is not None:
             return attrs.evolve(failure, duration=duration)
         if not isinstance(output, ToolOutput):
-            return _error(
+            return error_result(
                 slot,
                 ErrorClass.EXECUTION_ERROR,
                 f"Tool '{call.name}' returned {type(output).__name__}, not a "
@@ -644,208 +568,3 @@ def _cap_output(content: tuple[ContentBlock, ...], limit: int) -> tuple[ContentB
             if isinstance(block, TextContent):
                 left -= len(block.text)
     return tuple(out)
-
-
-@attrs.define(eq=False)
-class Batch:
-    """A planned batch: inspect ``plan``, then ``await run()`` once; ``cancel()`` any time.
-
-    Cancelling answers every call without a result ``cancelled`` and leaves
-    no task running; ``run`` still returns normally with every result.
-    """
-
-    executor: ToolExecutor
-    id: str
-    _slots: list[CallSlot] = attrs.field(alias="slots", repr=False)
-    plan: BatchPlan
-    _scope: trio.CancelScope = attrs.field(factory=trio.CancelScope, init=False, repr=False)
-    _cancelled: bool = attrs.field(default=False, init=False)
-    _started: bool = attrs.field(default=False, init=False)
-
-    def cancel(self) -> None:
-        """Cancel the batch: unfinished calls get ``cancelled`` results."""
-        self._cancelled = True
-        self._scope.cancel()
-
-    @property
-    def calls(self) -> list[ToolCall]:
-        """The calls of the batch, in call order."""
-        return [s.call for s in self._slots]
-
-    async def run(self, *, steering: Steering | None = None) -> BatchOutcome:
-        """Execute the plan; return one result per call, in call order.
-
-        Args:
-            steering: overrides the executor's steering for this batch.
-
-        Raises:
-            RuntimeError: the batch was already run.
-        """
-        if self._started:
-            raise RuntimeError(f"batch {self.id} was already run; prepare a new one")
-        self._started = True
-        executor = self.executor
-        steer = steering if steering is not None else executor.steering
-        executor._batches.add(self)
-        messages: tuple[str, ...] = ()
-        try:
-            self._emit_planned()
-            for i in self.plan.short_circuited:
-                self._settle(self._slots[i])
-            with self._scope:
-                for run in self.plan.runs:
-                    await self._run(run)
-                    if steer is not None and (messages := await _poll(steer)):
-                        break
-        finally:
-            executor._batches.discard(self)
-        return self._finish(messages)
-
-    async def _run(self, run: RunPlan) -> None:
-        executor, sinks = self.executor, self.executor.sinks
-        if sinks:
-            emit_to(
-                sinks,
-                RunStarted(
-                    agent_path=executor.agent_path,
-                    batch_id=self.id,
-                    time=trio.current_time(),
-                    index=run.index,
-                    routing=run.routing,
-                    call_ids=run.call_ids,
-                ),
-            )
-        slots = [self._slots[i] for i in run.call_indices]
-        if run.routing is RoutingClass.SERIAL_MUT or len(slots) == 1:
-            for slot in slots:
-                await executor._run_call(slot, self)
-        else:
-            async with trio.open_nursery() as nursery:
-                for slot in slots:
-                    nursery.start_soon(executor._run_call, slot, self)
-        if sinks:
-            emit_to(
-                sinks,
-                RunFinished(
-                    agent_path=executor.agent_path,
-                    batch_id=self.id,
-                    time=trio.current_time(),
-                    index=run.index,
-                ),
-            )
-
-    def _finish(self, messages: tuple[str, ...]) -> BatchOutcome:
-        for slot in self._slots:
-            if slot.state is not State.DONE:
-                if self._cancelled or slot.started:
-                    slot.finish(_error(slot, ErrorClass.CANCELLED, CANCELLED_TEXT))
-                else:
-                    slot.finish(_error(slot, ErrorClass.SKIPPED, SKIPPED_TEXT))
-                self._settle(slot)
-        results = tuple(s.result for s in self._slots if s.result is not None)
-        sinks = self.executor.sinks
-        if sinks:
-            emit_to(
-                sinks,
-                BatchFinished(
-                    agent_path=self.executor.agent_path,
-                    batch_id=self.id,
-                    time=trio.current_time(),
-                    steering_messages=messages,
-                    cancelled=self._cancelled,
-                ),
-            )
-        return BatchOutcome(results, self.plan, messages, self._cancelled)
-
-    def _emit_planned(self) -> None:
-        executor, sinks = self.executor, self.executor.sinks
-        if not sinks:
-            return
-        emit_to(
-            sinks,
-            BatchPlanned(
-                agent_path=executor.agent_path,
-                batch_id=self.id,
-                time=trio.current_time(),
-                plan=self.plan,
-            ),
-        )
-
-    def _settle(self, slot: CallSlot) -> None:
-        executor = self.executor
-        if executor.hooks and slot.result is not None:
-            for hook in executor.hooks:
-                try:
-                    hook.after_call(slot.call, slot.result, executor.agent_path)
-                except Exception:
-                    _log.exception("after_call hook %r raised; ignored", hook)
-        if executor.sinks:
-            self._emit_result(slot)
-
-    def _emit_result(self, slot: CallSlot) -> None:
-        sinks, result = self.executor.sinks, slot.result
-        if not sinks or result is None:
-            return
-        now = trio.current_time()
-        common: dict[str, Any] = {
-            "agent_path": self.executor.agent_path,
-            "batch_id": self.id,
-            "time": now,
-            "call_id": result.call_id,
-            "tool_name": result.tool_name,
-        }
-        if result.error_class is ErrorClass.INVALID_ARGUMENTS:
-            emit_to(
-                sinks,
-                InputInvalid(
-                    violations=tuple(result.details.get("violations", [result.text])), **common
-                ),
-            )
-        if result.is_error:
-            assert result.error_class is not None
-            emit_to(
-                sinks,
-                CallFailed(
-                    error_class=result.error_class,
-                    message=result.text,
-                    duration=result.duration,
-                    **common,
-                ),
-            )
-        else:
-            emit_to(sinks, CallCompleted(duration=result.duration, **common))
-
-    def progress_emitter(self, call: ToolCall) -> Callable[[str, Any], None]:
-        """The function a call's ``ToolContext`` reports progress through."""
-        executor = self.executor
-
-        def emit(kind: str, payload: Any) -> None:
-            common: dict[str, Any] = {
-                "agent_path": executor.agent_path,
-                "batch_id": self.id,
-                "time": trio.current_time(),
-                "call_id": call.id,
-                "tool_name": call.name,
-            }
-            if kind == "progress":
-                for hook in executor.hooks:
-                    try:
-                        hook.on_progress(call, str(payload), executor.agent_path)
-                    except Exception:
-                        _log.exception("on_progress hook %r raised; ignored", hook)
-                emit_to(executor.sinks, CallProgress(message=str(payload), **common))
-            else:
-                emit_to(executor.sinks, CallUpdate(partial=payload, **common))
-
-        return emit
-
-
-async def _poll(steering: Steering) -> tuple[str, ...]:
-    try:
-        answer = steering()
-        if inspect.isawaitable(answer):
-            answer = await answer
-    except Exception:
-        _log.exception("steering callback raised; treating it as no message")
-        return ()
-    return tuple(answer or ())

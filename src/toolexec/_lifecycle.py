@@ -20,9 +20,9 @@ import enum
 from typing import Any
 
 from ._errors import InternalError
-from ._types import RoutingClass, ToolCall, ToolResult
+from ._types import ErrorClass, RoutingClass, TextContent, ToolCall, ToolResult
 
-__all__ = ["CallSlot", "State"]
+__all__ = ["CallSlot", "State", "error_result"]
 
 
 class State(enum.Enum):
@@ -93,3 +93,16 @@ class CallSlot:
     def started(self) -> bool:
         """Whether the call got past waiting in its run."""
         return self.state in (State.APPROVING, State.ADMITTING, State.RUNNING)
+
+
+def error_result(slot: CallSlot, error_class: ErrorClass, text: str, **kw: Any) -> ToolResult:
+    """An error result for the slot's call, tagged with its routing class."""
+    return ToolResult(
+        slot.call.id,
+        slot.call.name,
+        (TextContent(text),),
+        True,
+        error_class,
+        routing=slot.routing,
+        **kw,
+    )
