@@ -18,6 +18,7 @@ Example::
 
 from __future__ import annotations
 
+import abc
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -63,7 +64,7 @@ def _anthropic_conversation(messages: Sequence[Message]) -> tuple[str, list[dict
 
 
 @attrs.define(eq=False)
-class _Adapter:
+class _Adapter(abc.ABC):
     model: str
     client: Any = None
     options: Mapping[str, Any] = attrs.field(factory=dict)
@@ -75,8 +76,9 @@ class _Adapter:
             self._owns_client = True
         return self.client
 
-    def _default_client(self) -> Any:  # pragma: no cover - overridden
-        raise NotImplementedError
+    @abc.abstractmethod
+    def _default_client(self) -> Any:
+        """The provider's async client, built from the environment."""
 
     async def aclose(self) -> None:
         """Close the client if this adapter created it (a client you passed is yours)."""

@@ -113,7 +113,7 @@ class Batch:
         executor._batches.add(self)
         messages: tuple[str, ...] = ()
         try:
-            self._emit_planned()
+            self._emit(BatchPlanned, plan=self.plan)
             for i in self.plan.short_circuited:
                 self._settle(self._slots[i])
             with self._scope:
@@ -126,19 +126,8 @@ class Batch:
         return self._finish(messages)
 
     async def _run(self, run: RunPlan) -> None:
-        executor, sinks = self.executor, self.executor.sinks
-        if sinks:
-            emit_to(
-                sinks,
-                RunStarted(
-                    agent_path=executor.agent_path,
-                    batch_id=self.id,
-                    time=trio.current_time(),
-                    index=run.index,
-                    routing=run.routing,
-                    call_ids=run.call_ids,
-                ),
-            )
+        executor = self.executor
+        self._emit(RunStarted, index=run.index, routing=run.routing, call_ids=run.call_ids)
         slots = [self._slots[i] for i in run.call_indices]
         if run.routing is RoutingClass.SERIAL_MUT or len(slots) == 1:
             for slot in slots:
@@ -147,16 +136,7 @@ class Batch:
             async with trio.open_nursery() as nursery:
                 for slot in slots:
                     nursery.start_soon(executor._run_call, slot, self)
-        if sinks:
-            emit_to(
-                sinks,
-                RunFinished(
-                    agent_path=executor.agent_path,
-                    batch_id=self.id,
-                    time=trio.current_time(),
-                    index=run.index,
-                ),
-            )
+        self._emit(RunFinished, index=run.index)
 
     def _finish(self, messages: tuple[str, ...]) -> BatchOutcome:
         for slot in self._slots:
@@ -167,33 +147,16 @@ class Batch:
                     slot.finish(error_result(slot, ErrorClass.SKIPPED, SKIPPED_TEXT))
                 self._settle(slot)
         results = tuple(s.result for s in self._slots if s.result is not None)
-        sinks = self.executor.sinks
-        if sinks:
-            emit_to(
-                sinks,
-                BatchFinished(
-                    agent_path=self.executor.agent_path,
-                    batch_id=self.id,
-                    time=trio.current_time(),
-                    steering_messages=messages,
-                    cancelled=self._cancelled,
-                ),
-            )
+        self._emit(BatchFinished, steering_messages=messages, cancelled=self._cancelled)
         return BatchOutcome(results, self.plan, messages, self._cancelled)
 
-    def _emit_planned(self) -> None:
-        executor, sinks = self.executor, self.executor.sinks
-        if not sinks:
-            return
-        emit_to(
-            sinks,
-            BatchPlanned(
-                agent_path=executor.agent_path,
-                batch_id=self.id,
-                time=trio.current_time(),
-                plan=self.plan,
-            ),
-        )
+    def _emit(self, kind: Callable[..., Event], **fields: Any) -> None:
+        executor = self.executor
+        if executor.sinks:
+            event = kind(
+                agent_path=executor.agent_path, batch_id=self.id, time=trio.current_time(), **fields
+            )
+            emit_to(executor.sinks, event)
 
     def _settle(self, slot: CallSlot) -> None:
         executor = self.executor
@@ -208,17 +171,7 @@ class Batch:
 
     def emit_call_event(self, kind: Callable[..., Event], call: ToolCall, **fields: Any) -> None:
         """Send ``kind(...)`` for ``call`` to the sinks, filling the common fields."""
-        executor = self.executor
-        if executor.sinks:
-            event = kind(
-                agent_path=executor.agent_path,
-                batch_id=self.id,
-                time=trio.current_time(),
-                call_id=call.id,
-                tool_name=call.name,
-                **fields,
-            )
-            emit_to(executor.sinks, event)
+        self._emit(kind, call_id=call.id, tool_name=call.name, **fields)
 
     def _emit_result(self, slot: CallSlot) -> None:
         result = slot.result
