@@ -325,3 +325,80 @@ async def test_the_executor_deadline_kills_the_whole_tree(root: Path) -> None:
     assert len(descendants) == 2
     assert _group_members(pgid) == []
     assert not any(_live(pid) for pid in [pgid, *descendants])
+
+
+# -- plain simple commands skip bash's start-up, with bash's own behaviour --------------
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        "printenv PWD SHLVL HOME _",
+        "true",
+        "false",
+        "ls -a",
+        "env",
+        "cat missing.txt",
+        "  printenv   PWD  ",
+    ],
+)
+async def test_a_plain_command_behaves_exactly_as_through_bash(root: Path, command: str) -> None:
+    import subprocess
+
+    from toolexec import ShellTool, Workspace
+
+    (root / "a.txt").write_text("x")
+    tool = ShellTool(Workspace(root))
+    assert tool._direct(command) is not None
+    bash = subprocess.run(
+        [tool.shell, "-c", command], cwd=root, env=tool._env, capture_output=True, text=True
+    )
+    registry = ToolRegistry()
+    registry.register(tool)
+    outcome = await ToolExecutor(registry).execute_batch(
+        [ToolCall("c", "shell", {"command": command})]
+    )
+    fast = outcome.results[0]
+    assert fast.details["exit_code"] == bash.returncode
+    expected = [
+        f"{label}:\n{data.rstrip(chr(10))}"
+        for label, data in (("stdout", bash.stdout), ("stderr", bash.stderr))
+        if data
+    ] or ["(no output)"]
+    got = fast.text.split("\n", 1)[1]
+    if command == "env":  # the same variables; bash lists them in its own order
+        assert sorted(got.splitlines()) == sorted("\n".join(expected).splitlines())
+    else:
+        assert got == "\n".join(expected)
+
+
+@pytest.mark.parametrize(
+    ("command", "direct"),
+    [
+        ("true", True),
+        ("ls -la src", True),
+        ("git status --short", None),  # only if git is installed
+        ("true --help", False),  # the builtin ignores it, the program prints help
+        ("echo hi", False),
+        ("cd src", False),
+        ("ls > out.txt", False),
+        ("ls; rm -rf x", False),
+        ("ls $HOME", False),
+        ("ls 'a b'", False),
+        ("ls *.py", False),
+        ("ls ~", False),
+        ("FOO=1 env", False),
+        ("./run.sh", False),
+        ("no-such-program-xyz", False),
+        ("ls\nrm x", False),
+    ],
+)
+def test_which_commands_take_the_direct_path(root: Path, command: str, direct: bool | None):
+    import shutil
+
+    from toolexec import ShellTool, Workspace
+
+    tool = ShellTool(Workspace(root))
+    if direct is None:
+        direct = shutil.which("git", path=tool._env["PATH"]) is not None
+    assert (tool._direct(command) is not None) == direct

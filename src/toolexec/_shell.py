@@ -15,6 +15,15 @@ built. On timeout or cancellation the group gets SIGTERM, a grace period,
 then SIGKILL; this cleanup runs shielded, so it completes even while the
 call is being cancelled, and ``trio.Cancelled`` then propagates as usual.
 
+A command that is one simple command made of plain words (letters, digits
+and ``_ . / : , + @ % = -``, no quotes, expansions or operators), naming a
+program found on ``PATH`` that is not a bash builtin or keyword, is
+started directly instead of through ``bash -c``. That is exactly what bash
+itself does with such a command (it execs it without forking), so the
+program sees the same argv and environment (``PWD``, ``SHLVL`` and ``_``
+set as bash sets them); only bash's start-up is saved. Anything else, a
+command that is not found included, goes through bash.
+
 The per-call classifier (``classify_shell_command``) marks a command
 read-only only when a small scanner understands all of it: plain words
 and quotes, ``;``, ``&&``, ``||`` and ``|`` between commands from a fixed
@@ -27,6 +36,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -63,6 +73,25 @@ DEFAULT_ENV_ALLOW = (
     "USER",
 )
 _DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
+_PLAIN_COMMAND = re.compile(
+    r"[ \t]*[A-Za-z0-9_][A-Za-z0-9_.+-]*([ \t]+[A-Za-z0-9_./:,+@%=-]+)*[ \t]*"
+)
+#: Bash builtins and keywords: a command naming one always goes through bash.
+_BASH_WORDS = frozenset(
+    {
+        ".", ":", "[", "[[", "]]", "{", "}", "!", "alias", "bg", "bind", "break", "builtin",
+        "caller", "case", "cd", "command", "compgen", "complete", "compopt", "continue",
+        "coproc", "declare", "dirs", "disown", "do", "done", "echo", "elif", "else", "enable",
+        "esac", "eval", "exec", "exit", "export", "false", "fc", "fg", "fi", "for", "function",
+        "getopts", "hash", "help", "history", "if", "in", "jobs", "kill", "let", "local",
+        "logout", "mapfile", "popd", "printf", "pushd", "pwd", "read", "readarray", "readonly",
+        "return", "select", "set", "shift", "shopt", "source", "suspend", "test", "then",
+        "time", "times", "trap", "true", "type", "typeset", "ulimit", "umask", "unalias",
+        "unset", "until", "wait", "while",
+    }
+)  # fmt: skip
+#: Builtins that behave exactly like the program of the same name when given no arguments.
+_SAME_WITHOUT_ARGS = frozenset({"true", "false"})
 _DRAIN_SECONDS = 2.0
 _READ_CHUNK = 1 << 16
 
@@ -310,14 +339,20 @@ class ShellTool:
         command = str(arguments["command"])
         limit = float(arguments.get("timeout", self.default_timeout))
         start = trio.current_time()
+        argv, executable, env = self._direct(command) or (
+            [self.shell, "-c", command],
+            self.shell,
+            self._env,
+        )
         try:
             process = await trio.lowlevel.open_process(
-                [self.shell, "-c", command],
+                argv,
+                executable=executable,
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
                 cwd=str(self.workspace.root),
-                env=self._env,
+                env=env,
                 start_new_session=True,
             )
         except ValueError:  # a NUL byte, or characters no argument can hold
@@ -335,6 +370,26 @@ class ShellTool:
             await _reap(process, ctx.grace_period)
         duration = trio.current_time() - start
         return self._result(command, process.returncode, out, err, duration, timed_out, limit)
+
+    def _direct(self, command: str) -> tuple[list[str], str, dict[str, str]] | None:
+        """What bash would exec for a plain simple command, or ``None`` (see the module)."""
+        if os.path.basename(self.shell) != "bash" or not _PLAIN_COMMAND.fullmatch(command):
+            return None
+        words = command.split()
+        name = words[0]
+        if name in _BASH_WORDS and not (name in _SAME_WITHOUT_ARGS and len(words) == 1):
+            return None
+        path = shutil.which(name, path=self._env["PATH"])
+        if path is None or not os.path.isabs(path):
+            return None
+        shlvl = self._env.get("SHLVL", "0")
+        env = {
+            **self._env,
+            "PWD": str(self.workspace.root),
+            "SHLVL": shlvl if shlvl.isdigit() else "0",
+            "_": path,
+        }
+        return words, path, env
 
     async def _supervise(
         self,
