@@ -402,3 +402,18 @@ def test_which_commands_take_the_direct_path(root: Path, command: str, direct: b
     if direct is None:
         direct = shutil.which("git", path=tool._env["PATH"]) is not None
     assert (tool._direct(command) is not None) == direct
+
+
+def test_a_program_installed_later_is_found(root: Path, tmp_path: Path) -> None:
+    from toolexec import ShellTool, Workspace
+
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    tool = ShellTool(Workspace(root), env={"PATH": f"{bindir}:/usr/bin:/bin"})
+    assert tool._direct("mytool --flag") is None  # not found: bash reports it
+    program = bindir / "mytool"
+    program.write_text("#!/bin/sh\necho ok\n")
+    program.chmod(0o755)
+    direct = tool._direct("mytool --flag")
+    assert direct is not None
+    assert direct[1] == str(program)

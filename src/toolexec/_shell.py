@@ -291,6 +291,8 @@ class ShellTool:
     shell: str = attrs.field(factory=lambda: shutil.which("bash") or "/bin/sh")
     definition: ToolDefinition = attrs.field(init=False)
     _env: dict[str, str] = attrs.field(init=False, repr=False)
+    _found: dict[str, str | None] = attrs.field(factory=dict, init=False, repr=False)
+    _found_stamp: tuple[int, ...] = attrs.field(default=(), init=False, repr=False)
 
     def __attrs_post_init__(self) -> None:
         self._env = _allowed_env(self.env_allow, self.env)
@@ -379,7 +381,7 @@ class ShellTool:
         name = words[0]
         if name in _BASH_WORDS and not (name in _SAME_WITHOUT_ARGS and len(words) == 1):
             return None
-        path = shutil.which(name, path=self._env["PATH"])
+        path = self._which(name)
         if path is None or not os.path.isabs(path):
             return None
         shlvl = self._env.get("SHLVL", "0")
@@ -390,6 +392,21 @@ class ShellTool:
             "_": path,
         }
         return words, path, env
+
+    def _which(self, name: str) -> str | None:
+        """``shutil.which`` on the command's PATH, remembered until a PATH directory changes."""
+        stamp = []
+        for directory in self._env["PATH"].split(":"):
+            try:
+                stamp.append(os.stat(directory).st_mtime_ns)
+            except OSError:
+                stamp.append(-1)
+        if tuple(stamp) != self._found_stamp:  # a program was added, removed or renamed
+            self._found.clear()
+            self._found_stamp = tuple(stamp)
+        if name not in self._found:
+            self._found[name] = shutil.which(name, path=self._env["PATH"])
+        return self._found[name]
 
     async def _supervise(
         self,
