@@ -437,3 +437,25 @@ async def test_a_batch_runs_once(recorder: Recorder):
     await batch.run()
     with pytest.raises(RuntimeError, match="already run"):
         await batch.run()
+
+
+@pytest.mark.parametrize(
+    ("raw", "said"),
+    [("null", "got null"), ("[1]", "got an array"), ('"x"', "got a string"), ("3", "got a number")],
+)
+async def test_arguments_that_are_not_an_object_are_named_in_json_terms(
+    recorder: Recorder, raw: str, said: str
+):
+    outcome = await ToolExecutor(make_registry(recorder)).execute_batch(
+        [ToolCall("c", "read", raw)]
+    )
+    assert outcome.results[0].error_class is ErrorClass.INVALID_ARGUMENTS
+    assert outcome.results[0].text == (
+        f"Invalid arguments for tool 'read': expected a JSON object, {said}."
+    )
+
+
+async def test_an_empty_batch_has_no_runs_and_no_results(recorder: Recorder):
+    outcome = await ToolExecutor(make_registry(recorder)).execute_batch([])
+    assert outcome.results == ()
+    assert outcome.plan.runs == ()

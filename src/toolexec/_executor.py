@@ -330,7 +330,7 @@ class ToolExecutor:
                     slot,
                     ErrorClass.INVALID_ARGUMENTS,
                     f"Invalid arguments for tool '{slot.call.name}': expected a JSON "
-                    f"object, got {type(value).__name__}.",
+                    f"object, got {_JSON_KINDS.get(type(value), 'a value of another kind')}.",
                 )
             )
             return None
@@ -536,6 +536,16 @@ class ToolExecutor:
             duration,
             slot.routing,
         )
+
+
+_JSON_KINDS = {
+    list: "an array",
+    str: "a string",
+    int: "a number",
+    float: "a number",
+    bool: "a boolean",
+    type(None): "null",
+}
 
 
 async def _acquire(limiter: trio.CapacityLimiter, slot: CallSlot) -> None:
