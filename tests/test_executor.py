@@ -13,6 +13,7 @@ from conftest import KVTool, Recorder
 from toolexec import (
     Batched,
     CallbackSink,
+    CallFailed,
     ConcurrencyConfig,
     Deny,
     ErrorClass,
@@ -459,3 +460,18 @@ async def test_an_empty_batch_has_no_runs_and_no_results(recorder: Recorder):
     outcome = await ToolExecutor(make_registry(recorder)).execute_batch([])
     assert outcome.results == ()
     assert outcome.plan.runs == ()
+
+
+async def test_enclosing_cancellation_still_reports_every_unfinished_call(
+    recorder: Recorder, autojump_clock: object
+):
+    events: list[object] = []
+    executor = ToolExecutor(make_registry(recorder), sinks=[CallbackSink(events.append)])
+    with trio.move_on_after(2.0):
+        await executor.execute_batch(
+            [read("r", delay=1.0), ToolCall("s", "slow", {"key": "k"}), write("w")]
+        )
+    failed = {e.call_id: e.error_class for e in events if isinstance(e, CallFailed)}
+    assert failed == {"s": ErrorClass.CANCELLED, "w": ErrorClass.CANCELLED}
+    assert type(events[-1]).__name__ == "BatchFinished"
+    assert events[-1].cancelled  # type: ignore[attr-defined]

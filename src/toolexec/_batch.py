@@ -121,6 +121,13 @@ class Batch:
                     await self._run(run)
                     if steer is not None and (messages := await _poll(steer)):
                         break
+        except BaseException:
+            # An enclosing scope was cancelled (or KeyboardInterrupt): every task
+            # has already ended. Record the unfinished calls as cancelled for the
+            # sinks (hooks, audit), then let the exception go on.
+            self._cancelled = True
+            self._finish(messages)
+            raise
         finally:
             executor._batches.discard(self)
         return self._finish(messages)
