@@ -85,6 +85,20 @@ class KVTool:
             self.recorder.exit(ctx.call_id, self.name)
 
 
+def live_tasks() -> set[trio.lowlevel.Task]:
+    """Every task in the run right now, found by walking the task tree."""
+    found: set[trio.lowlevel.Task] = set()
+    stack = [trio.lowlevel.current_root_task()]
+    while stack:
+        task = stack.pop()
+        if task is None:
+            continue
+        found.add(task)
+        for nursery in task.child_nurseries:
+            stack.extend(nursery.child_tasks)
+    return found
+
+
 @pytest.fixture
 def recorder() -> Recorder:
     return Recorder()

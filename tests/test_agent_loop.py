@@ -6,6 +6,7 @@ import pytest
 import trio
 import trio.testing
 
+from conftest import live_tasks
 from toolexec import (
     AgentLoop,
     CallbackSink,
@@ -24,20 +25,6 @@ from toolexec import (
     function_tool,
 )
 from toolexec.testing import ScriptedModel, ScriptExhaustedError, tool_call
-
-
-def live_tasks() -> set[trio.lowlevel.Task]:
-    """Every task in the run right now, found by walking the task tree."""
-    found: set[trio.lowlevel.Task] = set()
-    stack = [trio.lowlevel.current_root_task()]
-    while stack:
-        task = stack.pop()
-        if task is None:
-            continue
-        found.add(task)
-        for nursery in task.child_nurseries:
-            stack.extend(nursery.child_tasks)
-    return found
 
 
 def make_registry(log: list[str]) -> ToolRegistry:

@@ -10,6 +10,7 @@ import pytest
 import trio
 import trio.testing
 
+from conftest import live_tasks
 from toolexec import (
     AgentLoop,
     AgentTree,
@@ -42,20 +43,6 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
 
     from toolexec import Decision, Model
-
-
-def live_tasks() -> set[trio.lowlevel.Task]:
-    """Every task in the run right now, found by walking the task tree."""
-    found: set[trio.lowlevel.Task] = set()
-    stack = [trio.lowlevel.current_root_task()]
-    while stack:
-        task = stack.pop()
-        if task is None:
-            continue
-        found.add(task)
-        for nursery in task.child_nurseries:
-            stack.extend(nursery.child_tasks)
-    return found
 
 
 @function_tool(side_effects=SideEffects.READ)
