@@ -193,6 +193,31 @@ async def test_a_background_child_holding_the_pipe_does_not_hang_the_call(root: 
     assert not _live(int((root / "bg").read_text()))
 
 
+def _open_fds() -> set[int]:
+    return {int(fd) for fd in os.listdir("/proc/self/fd")}
+
+
+async def test_no_descriptor_is_left_open_whatever_the_outcome(root: Path) -> None:
+    executor = _executor(root, grace=0.1)
+    broken = _executor(root, shell="/nonexistent/bash")
+    await shell(executor, "true")  # let trio open its wakeup pipes and threads first
+    before = _open_fds()
+    assert not (await shell(executor, "echo out; echo err >&2")).is_error
+    assert (await shell(executor, "exit 3")).is_error
+    timed_out = await shell(executor, "sleep 1000 & wait", timeout=0.2)
+    assert timed_out.error_class is ErrorClass.TIMEOUT
+    refused = await shell(executor, "echo a\x00b")
+    assert refused.error_class is ErrorClass.INVALID_ARGUMENTS
+    assert (await shell(broken, "echo hi")).error_class is ErrorClass.EXECUTION_ERROR
+    os.mkfifo(root / "ready")
+    with trio.CancelScope() as scope:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(shell, executor, "echo $$ > ready; sleep 1000")
+            await _pids_from_fifo(root / "ready")
+            scope.cancel()
+    assert _open_fds() == before
+
+
 # -- bounded output -----------------------------------------------------------------
 
 
@@ -393,7 +418,7 @@ async def test_a_plain_command_behaves_exactly_as_through_bash(root: Path, comma
         ("ls\nrm x", False),
     ],
 )
-def test_which_commands_take_the_direct_path(root: Path, command: str, direct: bool | None):
+def test_which_commands_take_the_direct_path(root: Path, command: str, direct: bool | None) -> None:
     import shutil
 
     from toolexec import ShellTool, Workspace

@@ -145,14 +145,43 @@ class OutputCapture:
         return f"{head}\n[... {self.total - self.kept} bytes omitted ...]\n{tail}"
 
 
-async def _pump(stream: trio.abc.ReceiveStream, capture: OutputCapture) -> None:
+async def _pump(fd: int, capture: OutputCapture) -> None:
+    """Read the non-blocking pipe ``fd`` into ``capture`` until EOF or until it is closed."""
     try:
-        while chunk := await stream.receive_some(_READ_CHUNK):
+        while True:
+            try:
+                chunk = os.read(fd, _READ_CHUNK)
+            except BlockingIOError:
+                await trio.lowlevel.wait_readable(fd)
+                continue
+            if not chunk:
+                return
             capture.add(chunk)
-    except (trio.ClosedResourceError, trio.BrokenResourceError):
-        pass
+            await trio.lowlevel.checkpoint()  # a flood of output must not starve other tasks
+    except (trio.ClosedResourceError, OSError):
+        pass  # closed by _close_fds after the drain period, or a read error: end of output
     finally:
         capture.closed.set()
+
+
+def _open_pipes() -> tuple[tuple[int, int], tuple[int, int]]:
+    """Two pipes for stdout and stderr; the read ends are non-blocking."""
+    out = os.pipe()
+    try:
+        err = os.pipe()
+    except BaseException:
+        _close_fds(out)
+        raise
+    os.set_blocking(out[0], False)
+    os.set_blocking(err[0], False)
+    return out, err
+
+
+def _close_fds(fds: tuple[int, ...]) -> None:
+    for fd in fds:
+        trio.lowlevel.notify_closing(fd)  # wakes a pump still waiting on it
+        with contextlib.suppress(OSError):
+            os.close(fd)
 
 
 # -- process groups -----------------------------------------------------------
@@ -223,13 +252,21 @@ async def _wait_gone(process: trio.Process, limit: float) -> None:
 
 
 async def _reap(process: trio.Process, grace: float) -> None:
-    """Terminate the group, reap the leader and close the pipes (shielded)."""
-    with trio.CancelScope(shield=True):
-        await terminate_group(process, grace)
-        with trio.move_on_after(5):
-            await process.wait()
-        for stream in (process.stdin, process.stdout, process.stderr):
-            if stream is not None:
+    """Terminate the group, reap the leader and close trio's pipes, shielded.
+
+    Returns without a scheduling round trip when the leader is reaped, its
+    group is empty and trio made no pipes (the shell's own case).
+    """
+    process.poll()
+    if process.returncode is None or group_alive(process.pid):
+        with trio.CancelScope(shield=True):
+            await terminate_group(process, grace)
+            with trio.move_on_after(5):
+                await process.wait()
+    streams = [s for s in (process.stdin, process.stdout, process.stderr) if s is not None]
+    if streams:
+        with trio.CancelScope(shield=True):
+            for stream in streams:
                 await stream.aclose()
 
 
@@ -346,30 +383,38 @@ class ShellTool:
             self.shell,
             self._env,
         )
+        (out_r, out_w), (err_r, err_w) = _open_pipes()
         try:
-            process = await trio.lowlevel.open_process(
-                argv,
-                executable=executable,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                cwd=str(self.workspace.root),
-                env=env,
-                start_new_session=True,
-            )
-        except ValueError:  # a NUL byte, or characters no argument can hold
-            raise ToolError(
-                "The command contains a NUL byte or characters that cannot be encoded.",
-                error_class=ErrorClass.INVALID_ARGUMENTS,
-            ) from None
-        except OSError as exc:
-            raise ToolError(f"Could not start the shell {self.shell!r}: {exc}") from None
-        out = OutputCapture(self.max_output_bytes)
-        err = OutputCapture(self.max_output_bytes)
-        try:
-            timed_out = await self._supervise(process, out, err, limit, ctx.grace_period)
+            try:
+                process = await trio.lowlevel.open_process(
+                    argv,
+                    executable=executable,
+                    stdin=subprocess.DEVNULL,
+                    stdout=out_w,
+                    stderr=err_w,
+                    cwd=str(self.workspace.root),
+                    env=env,
+                    start_new_session=True,
+                )
+            except ValueError:  # a NUL byte, or characters no argument can hold
+                raise ToolError(
+                    "The command contains a NUL byte or characters that cannot be encoded.",
+                    error_class=ErrorClass.INVALID_ARGUMENTS,
+                ) from None
+            except OSError as exc:
+                raise ToolError(f"Could not start the shell {self.shell!r}: {exc}") from None
+            finally:
+                _close_fds((out_w, err_w))  # the child has its own copies
+            out = OutputCapture(self.max_output_bytes)
+            err = OutputCapture(self.max_output_bytes)
+            try:
+                timed_out = await self._supervise(
+                    process, (out_r, out), (err_r, err), limit, ctx.grace_period
+                )
+            finally:
+                await _reap(process, ctx.grace_period)
         finally:
-            await _reap(process, ctx.grace_period)
+            _close_fds((out_r, err_r))
         duration = trio.current_time() - start
         return self._result(command, process.returncode, out, err, duration, timed_out, limit)
 
@@ -411,22 +456,23 @@ class ShellTool:
     async def _supervise(
         self,
         process: trio.Process,
-        out: OutputCapture,
-        err: OutputCapture,
+        stdout: tuple[int, OutputCapture],
+        stderr: tuple[int, OutputCapture],
         limit: float,
         grace: float,
     ) -> bool:
-        assert process.stdout is not None
-        assert process.stderr is not None
+        captures = (stdout[1], stderr[1])
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(_pump, process.stdout, out)
-            nursery.start_soon(_pump, process.stderr, err)
+            nursery.start_soon(_pump, *stdout)
+            nursery.start_soon(_pump, *stderr)
             with trio.move_on_after(limit) as deadline:
                 await process.wait()
+            # Leftover background processes could hold the pipes open: end them first.
             await terminate_group(process, grace)
             with trio.move_on_after(_DRAIN_SECONDS):
-                await out.closed.wait()
-                await err.closed.wait()
+                for capture in captures:
+                    if not capture.closed.is_set():
+                        await capture.closed.wait()
             nursery.cancel_scope.cancel()
         return deadline.cancelled_caught
 
