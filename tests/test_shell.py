@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 import trio
 
+import toolexec._shell
 from toolexec import (
     Allow,
     ErrorClass,
@@ -54,6 +55,14 @@ def _group_members(pgid: int) -> list[int]:
     return members
 
 
+@pytest.fixture(params=["pidfd", "watcher task"])
+def exit_watch(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Both ways the shell learns that the command exited: a pidfd, or a task (no pidfds)."""
+    if request.param == "watcher task":
+        monkeypatch.setattr(toolexec._shell, "_pidfd_open", None)
+    return str(request.param)
+
+
 @pytest.fixture
 def root(tmp_path: Path) -> Path:
     root = tmp_path / "ws"
@@ -88,6 +97,7 @@ async def _pids_from_fifo(fifo: Path) -> list[int]:
 # -- results --------------------------------------------------------------------------
 
 
+@pytest.mark.usefixtures("exit_watch")
 async def test_output_exit_code_and_duration(root: Path) -> None:
     result = await shell(_executor(root), "pwd; echo out; echo err >&2")
     assert not result.is_error
@@ -99,6 +109,7 @@ async def test_output_exit_code_and_duration(root: Path) -> None:
     assert result.details["truncated"] is False
 
 
+@pytest.mark.usefixtures("exit_watch")
 async def test_a_failing_command_is_an_error_result(root: Path) -> None:
     result = await shell(_executor(root), "echo nope; exit 3")
     assert result.error_class is ErrorClass.EXECUTION_ERROR
@@ -129,6 +140,7 @@ async def test_a_secret_in_the_host_environment_is_not_passed(
 TREE = "echo $$ > pids; (sleep 1000 & echo $! >> pids; wait) & sleep 1000 & echo $! >> pids; wait"
 
 
+@pytest.mark.usefixtures("exit_watch")
 async def test_a_timeout_kills_the_whole_tree(root: Path) -> None:
     result = await shell(_executor(root, grace=1.0), TREE, timeout=1.5)
     assert result.error_class is ErrorClass.TIMEOUT
@@ -139,6 +151,7 @@ async def test_a_timeout_kills_the_whole_tree(root: Path) -> None:
     assert not any(_live(pid) for pid in [pgid, *descendants])
 
 
+@pytest.mark.usefixtures("exit_watch")
 async def test_a_host_cancel_kills_the_whole_tree(root: Path) -> None:
     os.mkfifo(root / "ready")
     executor = _executor(root, grace=1.0)
@@ -162,6 +175,7 @@ async def test_a_host_cancel_kills_the_whole_tree(root: Path) -> None:
     assert not any(_live(pid) for pid in [pgid, *descendants])
 
 
+@pytest.mark.usefixtures("exit_watch")
 async def test_an_enclosing_cancel_scope_kills_the_whole_tree(root: Path) -> None:
     os.mkfifo(root / "ready")
     executor = _executor(root, grace=1.0)
@@ -176,6 +190,7 @@ async def test_an_enclosing_cancel_scope_kills_the_whole_tree(root: Path) -> Non
     assert not _live(child)
 
 
+@pytest.mark.usefixtures("exit_watch")
 async def test_a_command_ignoring_sigterm_is_killed_after_the_grace_period(root: Path) -> None:
     command = "trap '' TERM; echo $$ > pids; sleep 1000 & echo $! >> pids; wait; wait"
     result = await shell(_executor(root, grace=0.3), command, timeout=1.0)
@@ -185,6 +200,7 @@ async def test_a_command_ignoring_sigterm_is_killed_after_the_grace_period(root:
     assert not _live(child)
 
 
+@pytest.mark.usefixtures("exit_watch")
 async def test_a_background_child_holding_the_pipe_does_not_hang_the_call(root: Path) -> None:
     command = "sleep 1000 & echo $! > bg; echo done"
     result = await shell(_executor(root), command)
@@ -197,6 +213,7 @@ def _open_fds() -> set[int]:
     return {int(fd) for fd in os.listdir("/proc/self/fd")}
 
 
+@pytest.mark.usefixtures("exit_watch")
 async def test_no_descriptor_is_left_open_whatever_the_outcome(root: Path) -> None:
     executor = _executor(root, grace=0.1)
     broken = _executor(root, shell="/nonexistent/bash")
@@ -218,9 +235,40 @@ async def test_no_descriptor_is_left_open_whatever_the_outcome(root: Path) -> No
     assert _open_fds() == before
 
 
+@pytest.mark.usefixtures("exit_watch")
+async def test_output_written_during_the_grace_period_is_kept(root: Path) -> None:
+    # More than a pipe holds: unless output is still read while the group winds
+    # down, the handler blocks and is killed when the grace period ends.
+    handler = "yes x | head -c 300000; echo goodbye; exit 0"
+    command = f"trap '{handler}' TERM; echo hello; sleep 1000 & wait"
+    result = await shell(_executor(root, grace=30.0), command, timeout=0.3)
+    assert result.error_class is ErrorClass.TIMEOUT
+    assert result.text.startswith("timed out after 0.3 s")
+    assert "stdout (300014 bytes, kept 65536):\nhello\nx\nx\n" in result.text
+    assert result.text.endswith("x\nx\ngoodbye")
+
+
+@pytest.mark.usefixtures("exit_watch")
+async def test_a_flood_of_output_does_not_starve_other_tasks(root: Path) -> None:
+    finished: list[str] = []
+
+    async def flood() -> None:
+        result = await shell(_executor(root), "head -c 200000000 /dev/zero")
+        assert result.details["stdout_bytes"] == 200_000_000
+        finished.append("shell")
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(flood)
+        for _ in range(100):
+            await trio.sleep(0)
+        finished.append("other task")
+    assert finished == ["other task", "shell"]
+
+
 # -- bounded output -----------------------------------------------------------------
 
 
+@pytest.mark.usefixtures("exit_watch")
 async def test_100_mb_of_output_keeps_memory_bounded(root: Path) -> None:
     cap = 64 * 1024
     executor = _executor(root, max_output_bytes=cap)
@@ -442,3 +490,39 @@ def test_a_program_installed_later_is_found(root: Path, tmp_path: Path) -> None:
     direct = tool._direct("mytool --flag")
     assert direct is not None
     assert direct[1] == str(program)
+
+
+def test_a_program_added_within_the_same_clock_tick_is_found(root: Path, tmp_path: Path) -> None:
+    from toolexec import ShellTool, Workspace
+
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    tool = ShellTool(Workspace(root), env={"PATH": f"{bindir}:/usr/bin:/bin"})
+    before = os.stat(bindir)
+    assert tool._direct("mytool") is None
+    program = bindir / "mytool"
+    program.write_text("#!/bin/sh\necho ok\n")
+    program.chmod(0o755)
+    # A coarse filesystem clock can leave the directory's time unchanged.
+    os.utime(bindir, ns=(before.st_atime_ns, before.st_mtime_ns))
+    direct = tool._direct("mytool")
+    assert direct is not None
+    assert direct[1] == str(program)
+
+
+async def test_a_program_that_lost_its_execute_bit_is_left_to_bash(
+    root: Path, tmp_path: Path
+) -> None:
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    program = bindir / "mytool"
+    program.write_text("#!/bin/sh\necho ok\n")
+    program.chmod(0o755)
+    old = os.stat(bindir).st_mtime_ns - 10_000_000_000
+    os.utime(bindir, ns=(old, old))  # old enough for the look-up to be remembered
+    executor = _executor(root, env={"PATH": f"{bindir}:/usr/bin:/bin"})
+    assert "ok" in (await shell(executor, "mytool")).text
+    program.chmod(0o644)  # a mode change leaves the directory's time alone
+    result = await shell(executor, "mytool")
+    assert result.details["exit_code"] == 126  # bash's answer: found, not executable
+    assert "Permission denied" in result.text

@@ -4,16 +4,19 @@ Theory of operation. The command runs as ``bash -c COMMAND`` with the
 workspace root as its working directory, stdin from ``/dev/null``, an
 environment built from an allow-list (never the parent's environment minus
 some secrets), and ``start_new_session=True`` so the shell and everything it
-starts share one process group. Two tasks pump stdout and stderr into
+starts share one process group. The calling task reads stdout and stderr
+through one selector that also watches a pidfd for the shell's exit (where
+there are no pidfds, a second task waits for the exit instead), into
 bounded buffers that keep the first and last bytes and count the rest, so
 memory stays bounded whatever the command prints.
 
 When the shell exits, anything it left running in its group is terminated
 (that is what keeps a background child from holding the pipes open and
-hanging the call), the pipes get a short bounded drain, and the result is
-built. On timeout or cancellation the group gets SIGTERM, a grace period,
-then SIGKILL; this cleanup runs shielded, so it completes even while the
-call is being cancelled, and ``trio.Cancelled`` then propagates as usual.
+hanging the call) while output is still read, the pipes get a short bounded
+drain, and the result is built. On timeout the group gets SIGTERM, a grace
+period, then SIGKILL, again while output is read. On cancellation the same
+termination runs shielded, so it completes even while the call is being
+cancelled, and ``trio.Cancelled`` then propagates as usual.
 
 A command that is one simple command made of plain words (letters, digits
 and ``_ . / : , + @ % = -``, no quotes, expansions or operators), naming a
@@ -37,9 +40,11 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import selectors
 import shutil
 import signal
 import subprocess
+import time
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -49,7 +54,7 @@ from ._errors import ToolError
 from ._types import ErrorClass, SideEffects, ToolDefinition, ToolOutput
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Callable, Mapping
 
     from ._tool import ToolContext
     from ._workspace import Workspace
@@ -111,7 +116,6 @@ class OutputCapture:
     head: bytearray = attrs.Factory(bytearray)
     tail: bytearray = attrs.Factory(bytearray)
     total: int = 0
-    closed: trio.Event = attrs.Factory(trio.Event)
 
     def add(self, chunk: bytes | bytearray) -> None:
         """Take a chunk of output."""
@@ -145,23 +149,77 @@ class OutputCapture:
         return f"{head}\n[... {self.total - self.kept} bytes omitted ...]\n{tail}"
 
 
-async def _pump(fd: int, capture: OutputCapture) -> None:
-    """Read the non-blocking pipe ``fd`` into ``capture`` until EOF or until it is closed."""
-    try:
+class _Collector:
+    """The command's stdout and stderr, read by one task through one selector.
+
+    One task and a selector (epoll, kqueue) instead of a pump task per pipe:
+    a call that prints little costs no tasks and no nursery. Each wake-up
+    reads at most one chunk per pipe and then waits again, so a flood of
+    output cannot starve other tasks.
+    """
+
+    def __init__(self, pipes: Mapping[int, OutputCapture]) -> None:
+        self._pipes = dict(pipes)
+        self._selector = selectors.DefaultSelector()
+        for fd in self._pipes:
+            self._selector.register(fd, selectors.EVENT_READ)
+
+    def close(self) -> None:
+        self._selector.close()
+
+    @property
+    def done(self) -> bool:
+        """Whether both pipes reached EOF."""
+        return not self._pipes
+
+    async def until_readable(self, exit_fd: int) -> None:
+        """Collect output until ``exit_fd`` (a pidfd) is readable: the shell has exited."""
+        selector = self._selector
+        selector.register(exit_fd, selectors.EVENT_READ)
+        try:
+            while True:
+                await trio.lowlevel.wait_readable(selector.fileno())
+                for key, _ in selector.select(0):
+                    if key.fd == exit_fd:
+                        return
+                    self._read(key.fd)
+        finally:
+            selector.unregister(exit_fd)
+
+    async def drain(self) -> None:
+        """Collect output until both pipes reach EOF."""
         while True:
-            try:
-                chunk = os.read(fd, _READ_CHUNK)
-            except BlockingIOError:
-                await trio.lowlevel.wait_readable(fd)
-                continue
-            if not chunk:
+            for fd in list(self._pipes):
+                self._read(fd)
+            if not self._pipes:
                 return
-            capture.add(chunk)
-            await trio.lowlevel.checkpoint()  # a flood of output must not starve other tasks
-    except (trio.ClosedResourceError, OSError):
-        pass  # closed by _close_fds after the drain period, or a read error: end of output
-    finally:
-        capture.closed.set()
+            await trio.lowlevel.wait_readable(self._selector.fileno())
+
+    def _read(self, fd: int) -> None:
+        try:
+            chunk = os.read(fd, _READ_CHUNK)
+        except BlockingIOError:
+            return
+        except OSError:
+            chunk = b""  # a read error ends the output like EOF does
+        if chunk:
+            self._pipes[fd].add(chunk)
+        else:
+            self._selector.unregister(fd)
+            del self._pipes[fd]
+
+
+def _pidfd(process: trio.Process) -> int | None:
+    """A descriptor that becomes readable when ``process`` exits, where the OS has one."""
+    if _pidfd_open is None:
+        return None
+    try:
+        return _pidfd_open(process.pid)
+    except OSError:  # a kernel without pidfds
+        return None
+
+
+_pidfd_open: Callable[[int], int] | None = getattr(os, "pidfd_open", None)
 
 
 def _open_pipes() -> tuple[tuple[int, int], tuple[int, int]]:
@@ -178,8 +236,9 @@ def _open_pipes() -> tuple[tuple[int, int], tuple[int, int]]:
 
 
 def _close_fds(fds: tuple[int, ...]) -> None:
+    # No notify_closing: the one task that waits on these descriptors (through
+    # the collector's selector) is the one closing them.
     for fd in fds:
-        trio.lowlevel.notify_closing(fd)  # wakes a pump still waiting on it
         with contextlib.suppress(OSError):
             os.close(fd)
 
@@ -270,6 +329,16 @@ async def _reap(process: trio.Process, grace: float) -> None:
                 await stream.aclose()
 
 
+def _mtimes(directories: tuple[str, ...]) -> tuple[int, ...]:
+    stamp = []
+    for directory in directories:
+        try:
+            stamp.append(os.stat(directory).st_mtime_ns)
+        except OSError:
+            stamp.append(-1)
+    return tuple(stamp)
+
+
 # -- the tool ---------------------------------------------------------------
 
 
@@ -328,12 +397,23 @@ class ShellTool:
     shell: str = attrs.field(factory=lambda: shutil.which("bash") or "/bin/sh")
     definition: ToolDefinition = attrs.field(init=False)
     _env: dict[str, str] = attrs.field(init=False, repr=False)
-    _found: dict[str, str | None] = attrs.field(factory=dict, init=False, repr=False)
-    _found_stamp: tuple[int, ...] = attrs.field(default=(), init=False, repr=False)
+    _direct_env: dict[str, str] = attrs.field(init=False, repr=False)
+    _path_dirs: tuple[str, ...] = attrs.field(init=False, repr=False)
+    # name -> (where PATH finds it, mtimes of the PATH directories that decide that)
+    _found: dict[str, tuple[str | None, tuple[int, ...]]] = attrs.field(
+        factory=dict, init=False, repr=False
+    )
 
     def __attrs_post_init__(self) -> None:
         self._env = _allowed_env(self.env_allow, self.env)
-        safe_path = all(p.startswith("/") for p in self._env["PATH"].split(":"))
+        shlvl = self._env.get("SHLVL", "0")
+        self._direct_env = {
+            **self._env,
+            "PWD": str(self.workspace.root),
+            "SHLVL": shlvl if shlvl.isdigit() else "0",
+        }
+        self._path_dirs = tuple(dict.fromkeys(self._env["PATH"].split(":")))
+        safe_path = all(p.startswith("/") for p in self._path_dirs)
         self.definition = ToolDefinition(
             name="shell",
             description=(
@@ -378,24 +458,10 @@ class ShellTool:
         command = str(arguments["command"])
         limit = float(arguments.get("timeout", self.default_timeout))
         start = trio.current_time()
-        argv, executable, env = self._direct(command) or (
-            [self.shell, "-c", command],
-            self.shell,
-            self._env,
-        )
         (out_r, out_w), (err_r, err_w) = _open_pipes()
         try:
             try:
-                process = await trio.lowlevel.open_process(
-                    argv,
-                    executable=executable,
-                    stdin=subprocess.DEVNULL,
-                    stdout=out_w,
-                    stderr=err_w,
-                    cwd=str(self.workspace.root),
-                    env=env,
-                    start_new_session=True,
-                )
+                process = await self._spawn(command, out_w, err_w)
             except ValueError:  # a NUL byte, or characters no argument can hold
                 raise ToolError(
                     "The command contains a NUL byte or characters that cannot be encoded.",
@@ -407,19 +473,43 @@ class ShellTool:
                 _close_fds((out_w, err_w))  # the child has its own copies
             out = OutputCapture(self.max_output_bytes)
             err = OutputCapture(self.max_output_bytes)
+            collector = _Collector({out_r: out, err_r: err})
             try:
-                timed_out = await self._supervise(
-                    process, (out_r, out), (err_r, err), limit, ctx.grace_period
-                )
+                timed_out = await self._supervise(process, collector, limit, ctx.grace_period)
             finally:
+                collector.close()
                 await _reap(process, ctx.grace_period)
         finally:
             _close_fds((out_r, err_r))
         duration = trio.current_time() - start
         return self._result(command, process.returncode, out, err, duration, timed_out, limit)
 
-    def _direct(self, command: str) -> tuple[list[str], str, dict[str, str]] | None:
-        """What bash would exec for a plain simple command, or ``None`` (see the module)."""
+    async def _spawn(self, command: str, stdout: int, stderr: int) -> trio.Process:
+        direct = self._direct(command)
+        if direct is not None:
+            argv, path = direct
+            try:
+                return await self._open(argv, path, {**self._direct_env, "_": path}, stdout, stderr)
+            except OSError:  # removed or made non-executable since the look-up: ask bash
+                self._found.pop(argv[0], None)
+        return await self._open([self.shell, "-c", command], self.shell, self._env, stdout, stderr)
+
+    async def _open(
+        self, argv: list[str], executable: str, env: dict[str, str], stdout: int, stderr: int
+    ) -> trio.Process:
+        return await trio.lowlevel.open_process(
+            argv,
+            executable=executable,
+            stdin=subprocess.DEVNULL,
+            stdout=stdout,
+            stderr=stderr,
+            cwd=str(self.workspace.root),
+            env=env,
+            start_new_session=True,
+        )
+
+    def _direct(self, command: str) -> tuple[list[str], str] | None:
+        """The argv and program bash would exec for a plain simple command, or ``None``."""
         if os.path.basename(self.shell) != "bash" or not _PLAIN_COMMAND.fullmatch(command):
             return None
         words = command.split()
@@ -429,51 +519,63 @@ class ShellTool:
         path = self._which(name)
         if path is None or not os.path.isabs(path):
             return None
-        shlvl = self._env.get("SHLVL", "0")
-        env = {
-            **self._env,
-            "PWD": str(self.workspace.root),
-            "SHLVL": shlvl if shlvl.isdigit() else "0",
-            "_": path,
-        }
-        return words, path, env
+        return words, path
 
     def _which(self, name: str) -> str | None:
-        """``shutil.which`` on the command's PATH, remembered until a PATH directory changes."""
-        stamp = []
-        for directory in self._env["PATH"].split(":"):
-            try:
-                stamp.append(os.stat(directory).st_mtime_ns)
-            except OSError:
-                stamp.append(-1)
-        if tuple(stamp) != self._found_stamp:  # a program was added, removed or renamed
-            self._found.clear()
-            self._found_stamp = tuple(stamp)
-        if name not in self._found:
-            self._found[name] = shutil.which(name, path=self._env["PATH"])
-        return self._found[name]
+        """Where bash's PATH search finds ``name``, remembered while that cannot have changed.
+
+        Only the PATH directories up to the one holding the program (all of
+        them when it is not found) decide the answer, so only their
+        modification times are compared. A directory changed in the last two
+        seconds is not trusted (its time may not have ticked since).
+        """
+        dirs = self._path_dirs
+        cached = self._found.get(name)
+        if cached is not None and _mtimes(dirs[: len(cached[1])]) == cached[1]:
+            return cached[0]
+        stamp = _mtimes(dirs)  # before the look-up, so a change during it is seen next time
+        path = shutil.which(name, path=os.pathsep.join(dirs))
+        depth = len(dirs)
+        if path is not None:
+            depth = next(
+                (i + 1 for i, d in enumerate(dirs) if os.path.join(d, name) == path), depth
+            )
+        if max(stamp[:depth]) < time.time_ns() - 2_000_000_000:
+            self._found[name] = (path, stamp[:depth])
+        else:
+            self._found.pop(name, None)
+        return path
 
     async def _supervise(
-        self,
-        process: trio.Process,
-        stdout: tuple[int, OutputCapture],
-        stderr: tuple[int, OutputCapture],
-        limit: float,
-        grace: float,
+        self, process: trio.Process, collector: _Collector, limit: float, grace: float
     ) -> bool:
-        captures = (stdout[1], stderr[1])
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(_pump, *stdout)
-            nursery.start_soon(_pump, *stderr)
-            with trio.move_on_after(limit) as deadline:
-                await process.wait()
-            # Leftover background processes could hold the pipes open: end them first.
-            await terminate_group(process, grace)
+        """Collect output until the shell exits or ``limit`` passes; end the group; drain.
+
+        Returns whether the limit passed.
+        """
+        exit_fd = _pidfd(process)
+        with trio.move_on_after(limit) as deadline:
+            if exit_fd is None:  # no pidfds: a task collects while this one waits
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(collector.drain)
+                    await process.wait()
+                    nursery.cancel_scope.cancel()
+            else:
+                try:
+                    await collector.until_readable(exit_fd)
+                finally:
+                    os.close(exit_fd)
+        process.poll()
+        if process.returncode is None or group_alive(process.pid):
+            # Timed out, or background processes are left (they could hold the
+            # pipes open): end the group while the output is still collected.
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(collector.drain)
+                await terminate_group(process, grace)
+                nursery.cancel_scope.deadline = trio.current_time() + _DRAIN_SECONDS
+        elif not collector.done:
             with trio.move_on_after(_DRAIN_SECONDS):
-                for capture in captures:
-                    if not capture.closed.is_set():
-                        await capture.closed.wait()
-            nursery.cancel_scope.cancel()
+                await collector.drain()
         return deadline.cancelled_caught
 
     def _result(
