@@ -1,0 +1,169 @@
+"""Random batches of real shell commands: every call answered once, in call order,
+with its true exit code and byte counts, and nothing left behind (no process in
+any call's group, no descriptor, no task), whatever mix of output, exit codes,
+background children, ignored SIGTERM, timeouts and host cancels is drawn.
+
+Each example runs real processes in real time, so the short profile runs
+fewer examples than the executor properties do.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import attrs
+import trio
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from tests.conftest import live_tasks
+
+import toolexec._shell
+from stress.conftest import stress_profile
+from toolexec import ErrorClass, ShellTool, ToolCall, ToolExecutor, ToolRegistry, Workspace
+
+TIMEOUT = 0.15
+GRACE = 0.1
+
+
+@attrs.frozen
+class Command:
+    """One call: what it prints, how it ends, what it leaves running."""
+
+    direct: str | None  # a plain command started without bash ("true", "false", "ls -d .")
+    out_bytes: int
+    err_bytes: int
+    exit_code: int
+    background: bool  # leaves a `sleep 1000` behind
+    ignore_term: bool  # the shell and its children ignore SIGTERM
+    hang: bool  # ends only by the call's timeout
+
+    def text(self, index: int) -> str:
+        if self.direct is not None:
+            return self.direct
+        parts = ["trap '' TERM"] if self.ignore_term else []
+        parts.append(f"echo $$ > pgid{index}")
+        if self.background:
+            parts.append("sleep 1000 &")
+        if self.out_bytes:
+            parts.append(f"yes x | head -c {self.out_bytes}")
+        if self.err_bytes:
+            parts.append(f"yes y | head -c {self.err_bytes} >&2")
+        if self.hang:
+            parts.append("sleep 1000")
+        parts.append(f"exit {self.exit_code}")
+        return "\n".join(parts)
+
+
+_sizes = st.sampled_from([0, 1, 100, 70_000, 300_000])
+_PLAIN = {"true": (0, 0), "false": (0, 1), "ls -d .": (2, 0)}  # stdout bytes, exit code
+commands = st.one_of(
+    st.sampled_from(
+        [Command(name, out, 0, code, False, False, False) for name, (out, code) in _PLAIN.items()]
+    ),
+    st.builds(
+        Command,
+        direct=st.none(),
+        out_bytes=_sizes,
+        err_bytes=_sizes,
+        exit_code=st.sampled_from([0, 1, 3]),
+        background=st.booleans(),
+        ignore_term=st.booleans(),
+        hang=st.booleans(),
+    ),
+)
+
+
+@attrs.frozen
+class Case:
+    commands: list[Command]
+    cancel_after: float | None  # real seconds before the host cancels the batch
+    pidfd: bool  # learn of the exit through a pidfd, or through a watcher task
+
+
+cases = st.builds(
+    Case,
+    commands=st.lists(commands, min_size=1, max_size=4),
+    cancel_after=st.one_of(st.none(), st.sampled_from([0.0, 0.01, 0.05, 0.2])),
+    pidfd=st.booleans(),
+)
+
+
+def _group_alive(pgid: int) -> bool:
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid and fields[0] != b"Z":
+            return True
+    return False
+
+
+def _check(case: Case, root: Path, results: Any) -> None:
+    assert [r.call_id for r in results] == [f"c{i}" for i in range(len(case.commands))]
+    for command, result in zip(case.commands, results, strict=True):
+        if result.error_class is ErrorClass.CANCELLED:
+            assert case.cancel_after is not None, result.text
+            continue
+        if command.hang:
+            assert result.error_class is ErrorClass.TIMEOUT, result.text
+            continue
+        assert result.details["exit_code"] == command.exit_code, result.text
+        assert result.details["stdout_bytes"] == command.out_bytes, result.text
+        assert result.details["stderr_bytes"] == command.err_bytes, result.text
+        assert result.is_error == (command.exit_code != 0)
+    for marker in root.glob("pgid*"):
+        text = marker.read_text().strip()
+        if text:
+            assert not _group_alive(int(text)), f"group {text} outlived its call"
+
+
+async def _run(case: Case, root: Path) -> None:
+    registry = ToolRegistry()
+    registry.register(ShellTool(Workspace(root), default_timeout=30.0))
+    executor = ToolExecutor(registry, grace_period=GRACE)
+    calls = []
+    for i, command in enumerate(case.commands):
+        arguments: dict[str, Any] = {"command": command.text(i)}
+        if command.hang:
+            arguments["timeout"] = TIMEOUT
+        calls.append(ToolCall(f"c{i}", "shell", arguments))
+    tasks_before = live_tasks()
+    fds_before = set(os.listdir("/proc/self/fd"))
+    batch = executor.prepare(calls)
+    outcome: list[Any] = []
+
+    async def run() -> None:
+        outcome.append(await batch.run())
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(run)
+        if case.cancel_after is not None:
+            await trio.sleep(case.cancel_after)
+            batch.cancel()
+    _check(case, root, outcome[0].results)
+    assert set(os.listdir("/proc/self/fd")) == fds_before
+    assert live_tasks() == tasks_before
+    assert executor.statistics().calls_in_flight == 0
+
+
+_examples = 40 if stress_profile() == "stress-short" else 1000
+
+
+@settings(settings.get_profile(stress_profile()), max_examples=_examples)
+@given(case=cases)
+def test_random_shell_batches_leave_nothing_behind(case: Case) -> None:
+    saved = toolexec._shell._pidfd_open
+    if not case.pidfd:
+        toolexec._shell._pidfd_open = None
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            trio.run(_run, case, Path(tmp))
+    finally:
+        toolexec._shell._pidfd_open = saved
