@@ -265,6 +265,29 @@ async def test_a_flood_of_output_does_not_starve_other_tasks(root: Path) -> None
     assert finished == ["other task", "shell"]
 
 
+async def test_running_out_of_descriptors_is_an_error_result_that_leaks_none(
+    root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    executor = _executor(root)
+    await shell(executor, "true")
+    before = _open_fds()
+    real_pipe, calls = os.pipe, []
+
+    def pipe() -> tuple[int, int]:
+        calls.append(1)
+        if len(calls) == 2:  # the stderr pipe: the process is out of descriptors
+            raise OSError(24, "Too many open files")
+        return real_pipe()
+
+    monkeypatch.setattr(os, "pipe", pipe)
+    result = await shell(executor, "echo hi")
+    monkeypatch.undo()
+    assert result.error_class is ErrorClass.EXECUTION_ERROR
+    assert "Could not create the pipes for the output" in result.text
+    assert "Too many open files" in result.text
+    assert _open_fds() == before
+
+
 # -- bounded output -----------------------------------------------------------------
 
 

@@ -150,29 +150,56 @@ class OutputCapture:
 
 
 class _Collector:
-    """The command's stdout and stderr, read by one task through one selector.
+    """The command's stdout and stderr pipes, read by one task through one selector.
 
     One task and a selector (epoll, kqueue) instead of a pump task per pipe:
     a call that prints little costs no tasks and no nursery. Each wake-up
     reads at most one chunk per pipe and then waits again, so a flood of
-    output cannot starve other tasks.
+    output cannot starve other tasks. The collector owns every descriptor it
+    opens; ``close`` closes whatever is still open. Trio itself only ever
+    waits on the selector's descriptor, and never while it is being closed,
+    so nothing needs ``notify_closing``.
     """
 
-    def __init__(self, pipes: Mapping[int, OutputCapture]) -> None:
-        self._pipes = dict(pipes)
+    def __init__(self, stdout: OutputCapture, stderr: OutputCapture) -> None:
+        self._open: list[int] = []
+        self._pipes: dict[int, OutputCapture] = {}
+        self.write_ends: list[int] = []
         self._selector = selectors.DefaultSelector()
-        for fd in self._pipes:
-            self._selector.register(fd, selectors.EVENT_READ)
+        try:
+            for capture in (stdout, stderr):
+                read_end, write_end = os.pipe()
+                self._open += (read_end, write_end)
+                self.write_ends.append(write_end)
+                os.set_blocking(read_end, False)
+                self._selector.register(read_end, selectors.EVENT_READ)
+                self._pipes[read_end] = capture
+        except BaseException:
+            self.close()
+            raise
+
+    def close_write_ends(self) -> None:
+        """Close the parent's copies of the write ends (the child holds its own)."""
+        self._close(self.write_ends)
 
     def close(self) -> None:
+        """Close the selector and every pipe end still open."""
         self._selector.close()
+        self._close(list(self._open))
+
+    def _close(self, fds: list[int]) -> None:
+        for fd in fds:
+            if fd in self._open:
+                self._open.remove(fd)
+                with contextlib.suppress(OSError):
+                    os.close(fd)
 
     @property
     def done(self) -> bool:
         """Whether both pipes reached EOF."""
         return not self._pipes
 
-    async def until_readable(self, exit_fd: int) -> None:
+    async def until_exit(self, exit_fd: int) -> None:
         """Collect output until ``exit_fd`` (a pidfd) is readable: the shell has exited."""
         selector = self._selector
         selector.register(exit_fd, selectors.EVENT_READ)
@@ -220,27 +247,6 @@ def _pidfd(process: trio.Process) -> int | None:
 
 
 _pidfd_open: Callable[[int], int] | None = getattr(os, "pidfd_open", None)
-
-
-def _open_pipes() -> tuple[tuple[int, int], tuple[int, int]]:
-    """Two pipes for stdout and stderr; the read ends are non-blocking."""
-    out = os.pipe()
-    try:
-        err = os.pipe()
-    except BaseException:
-        _close_fds(out)
-        raise
-    os.set_blocking(out[0], False)
-    os.set_blocking(err[0], False)
-    return out, err
-
-
-def _close_fds(fds: tuple[int, ...]) -> None:
-    # No notify_closing: the one task that waits on these descriptors (through
-    # the collector's selector) is the one closing them.
-    for fd in fds:
-        with contextlib.suppress(OSError):
-            os.close(fd)
 
 
 # -- process groups -----------------------------------------------------------
@@ -458,10 +464,15 @@ class ShellTool:
         command = str(arguments["command"])
         limit = float(arguments.get("timeout", self.default_timeout))
         start = trio.current_time()
-        (out_r, out_w), (err_r, err_w) = _open_pipes()
+        out = OutputCapture(self.max_output_bytes)
+        err = OutputCapture(self.max_output_bytes)
+        try:
+            collector = _Collector(out, err)
+        except OSError as exc:
+            raise ToolError(f"Could not create the pipes for the output: {exc}") from None
         try:
             try:
-                process = await self._spawn(command, out_w, err_w)
+                process = await self._spawn(command, *collector.write_ends)
             except ValueError:  # a NUL byte, or characters no argument can hold
                 raise ToolError(
                     "The command contains a NUL byte or characters that cannot be encoded.",
@@ -470,17 +481,13 @@ class ShellTool:
             except OSError as exc:
                 raise ToolError(f"Could not start the shell {self.shell!r}: {exc}") from None
             finally:
-                _close_fds((out_w, err_w))  # the child has its own copies
-            out = OutputCapture(self.max_output_bytes)
-            err = OutputCapture(self.max_output_bytes)
-            collector = _Collector({out_r: out, err_r: err})
+                collector.close_write_ends()
             try:
                 timed_out = await self._supervise(process, collector, limit, ctx.grace_period)
             finally:
-                collector.close()
                 await _reap(process, ctx.grace_period)
         finally:
-            _close_fds((out_r, err_r))
+            collector.close()
         duration = trio.current_time() - start
         return self._result(command, process.returncode, out, err, duration, timed_out, limit)
 
@@ -562,7 +569,7 @@ class ShellTool:
                     nursery.cancel_scope.cancel()
             else:
                 try:
-                    await collector.until_readable(exit_fd)
+                    await collector.until_exit(exit_fd)
                 finally:
                     os.close(exit_fd)
         process.poll()
