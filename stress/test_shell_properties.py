@@ -18,7 +18,7 @@ import attrs
 import trio
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from tests.conftest import live_tasks
+from tests.conftest import group_members, live_tasks
 
 import toolexec._shell
 from stress.conftest import stress_profile
@@ -91,20 +91,6 @@ cases = st.builds(
 )
 
 
-def _group_alive(pgid: int) -> bool:
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat", "rb") as f:
-                fields = f.read().rsplit(b")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[2]) == pgid and fields[0] != b"Z":
-            return True
-    return False
-
-
 def _check(case: Case, root: Path, results: Any) -> None:
     assert [r.call_id for r in results] == [f"c{i}" for i in range(len(case.commands))]
     for command, result in zip(case.commands, results, strict=True):
@@ -121,7 +107,7 @@ def _check(case: Case, root: Path, results: Any) -> None:
     for marker in root.glob("pgid*"):
         text = marker.read_text().strip()
         if text:
-            assert not _group_alive(int(text)), f"group {text} outlived its call"
+            assert not group_members(int(text)), f"group {text} outlived its call"
 
 
 async def _run(case: Case, root: Path) -> None:

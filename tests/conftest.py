@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -102,3 +103,19 @@ def live_tasks() -> set[trio.lowlevel.Task]:
 @pytest.fixture
 def recorder() -> Recorder:
     return Recorder()
+
+
+def group_members(pgid: int) -> list[int]:
+    """The live (non-zombie) processes in process group ``pgid``, read from /proc."""
+    members = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid and fields[0] != b"Z":
+            members.append(int(name))
+    return members

@@ -35,8 +35,9 @@ def test_readme_main_job_runs_as_written(tmp_path: Path):
     workspace = tmp_path / "workspace"
     shutil.copytree(ROOT / "examples" / "workspace", workspace)
     command = command.replace("examples/workspace", str(workspace))
-    proc = subprocess.run(command, shell=True, cwd=ROOT, capture_output=True, text=True,
-                          timeout=120)
+    proc = subprocess.run(
+        command, shell=True, cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
     assert proc.returncode == 0, proc.stderr
     assert "run 1 serial_mut: call_Ha3dE0sYc7JiPq4M write_file" in proc.stderr
     assert "5 call(s): 5 ok, 0 error(s)" in proc.stderr

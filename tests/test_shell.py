@@ -11,6 +11,7 @@ import pytest
 import trio
 
 import toolexec._shell
+from conftest import group_members
 from toolexec import (
     Allow,
     ErrorClass,
@@ -38,21 +39,6 @@ def _live(pid: int) -> bool:
             return f.read().rsplit(b")", 1)[1].split()[0] != b"Z"
     except (FileNotFoundError, ProcessLookupError):
         return False
-
-
-def _group_members(pgid: int) -> list[int]:
-    members = []
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat", "rb") as f:
-                fields = f.read().rsplit(b")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[2]) == pgid and fields[0] != b"Z":
-            members.append(int(name))
-    return members
 
 
 @pytest.fixture(params=["pidfd", "watcher task"])
@@ -147,7 +133,7 @@ async def test_a_timeout_kills_the_whole_tree(root: Path) -> None:
     assert "timed out after 1.5 s; the process group was terminated" in result.text
     pgid, *descendants = [int(p) for p in (root / "pids").read_text().split()]
     assert len(descendants) == 2
-    assert _group_members(pgid) == []
+    assert group_members(pgid) == []
     assert not any(_live(pid) for pid in [pgid, *descendants])
 
 
@@ -171,7 +157,7 @@ async def test_a_host_cancel_kills_the_whole_tree(root: Path) -> None:
         batch.cancel()
     (result,) = outcome[0].results
     assert result.error_class is ErrorClass.CANCELLED
-    assert _group_members(pgid) == []
+    assert group_members(pgid) == []
     assert not any(_live(pid) for pid in [pgid, *descendants])
 
 
@@ -186,7 +172,7 @@ async def test_an_enclosing_cancel_scope_kills_the_whole_tree(root: Path) -> Non
             pgid, child = await _pids_from_fifo(root / "ready")
             scope.cancel()
     assert scope.cancelled_caught
-    assert _group_members(pgid) == []
+    assert group_members(pgid) == []
     assert not _live(child)
 
 
@@ -196,7 +182,7 @@ async def test_a_command_ignoring_sigterm_is_killed_after_the_grace_period(root:
     result = await shell(_executor(root, grace=0.3), command, timeout=1.0)
     assert result.error_class is ErrorClass.TIMEOUT
     pgid, child = [int(p) for p in (root / "pids").read_text().split()]
-    assert _group_members(pgid) == []
+    assert group_members(pgid) == []
     assert not _live(child)
 
 
@@ -419,7 +405,7 @@ async def test_the_executor_deadline_kills_the_whole_tree(root: Path) -> None:
     assert result.error_class is ErrorClass.TIMEOUT
     pgid, *descendants = [int(p) for p in (root / "pids").read_text().split()]
     assert len(descendants) == 2
-    assert _group_members(pgid) == []
+    assert group_members(pgid) == []
     assert not any(_live(pid) for pid in [pgid, *descendants])
 
 

@@ -16,8 +16,11 @@ def _run(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=300)
 
 
-@pytest.mark.skipif(shutil.which("ruff", path=str(Path(sys.executable).parent)) is None
-                    and shutil.which("ruff") is None, reason="ruff is part of the test extra")
+@pytest.mark.skipif(
+    shutil.which("ruff", path=str(Path(sys.executable).parent)) is None
+    and shutil.which("ruff") is None,
+    reason="ruff is part of the test extra",
+)
 def test_ruff_is_clean():
     ruff = shutil.which("ruff", path=str(Path(sys.executable).parent)) or "ruff"
     result = _run(ruff, "check", "src", "tests", "stress", "benchmarks", "examples", "docs")
