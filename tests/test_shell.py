@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import resource
+import signal
 import tracemalloc
 from typing import TYPE_CHECKING, Any
 
@@ -193,6 +195,21 @@ async def test_a_background_child_holding_the_pipe_does_not_hang_the_call(root: 
     assert not result.is_error
     assert "done" in result.text
     assert not _live(int((root / "bg").read_text()))
+
+
+@pytest.mark.usefixtures("exit_watch")
+async def test_a_process_that_left_the_group_cannot_hang_the_call(root: Path) -> None:
+    # It is out of reach of the group kill, and it holds stdout open: the call
+    # still returns (after the bounded drain) with what was printed.
+    command = "setsid sh -c 'echo $$ > escaped; exec sleep 1000' & sleep 0.2; echo done"
+    try:
+        with trio.fail_after(30):
+            result = await shell(_executor(root), command)
+        assert not result.is_error
+        assert "done" in result.text
+    finally:
+        with contextlib.suppress(FileNotFoundError, ValueError, ProcessLookupError):
+            os.kill(int((root / "escaped").read_text()), signal.SIGKILL)
 
 
 def _open_fds() -> set[int]:
