@@ -9,7 +9,6 @@ fewer examples than the executor properties do.
 
 from __future__ import annotations
 
-import os
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -18,7 +17,7 @@ import attrs
 import trio
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from tests.conftest import group_members, live_tasks
+from tests.conftest import group_members, live_tasks, open_fds
 
 import toolexec._shell
 from stress.conftest import stress_profile
@@ -121,7 +120,7 @@ async def _run(case: Case, root: Path) -> None:
             arguments["timeout"] = TIMEOUT
         calls.append(ToolCall(f"c{i}", "shell", arguments))
     tasks_before = live_tasks()
-    fds_before = set(os.listdir("/proc/self/fd"))
+    fds_before = open_fds()
     batch = executor.prepare(calls)
     outcome: list[Any] = []
 
@@ -134,7 +133,7 @@ async def _run(case: Case, root: Path) -> None:
             await trio.sleep(case.cancel_after)
             batch.cancel()
     _check(case, root, outcome[0].results)
-    assert set(os.listdir("/proc/self/fd")) == fds_before
+    assert open_fds() - fds_before == set()
     assert live_tasks() == tasks_before
     assert executor.statistics().calls_in_flight == 0
 

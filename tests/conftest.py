@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 from typing import TYPE_CHECKING, Any
 
@@ -119,3 +120,15 @@ def group_members(pgid: int) -> list[int]:
         if int(fields[2]) == pgid and fields[0] != b"Z":
             members.append(int(name))
     return members
+
+
+def open_fds() -> set[int]:
+    """The descriptors this process has open.
+
+    Collects garbage first, so that objects other tests dropped close their
+    descriptors now rather than in the middle of a comparison. Compare with
+    ``open_fds() - before`` (what was opened and left open): a descriptor
+    closed meanwhile by someone else is no leak.
+    """
+    gc.collect()
+    return {int(fd) for fd in os.listdir("/proc/self/fd")}

@@ -13,15 +13,19 @@ import pytest
 import trio
 
 import toolexec._shell
-from conftest import group_members
+from conftest import group_members, open_fds
 from toolexec import (
     Allow,
+    CallbackSink,
+    CallCompleted,
+    CallUpdate,
     ErrorClass,
     ExecutionGrant,
     RoutingClass,
     ShellTool,
     SideEffects,
     ToolCall,
+    ToolContext,
     ToolExecutor,
     ToolRegistry,
     ToolResult,
@@ -212,16 +216,12 @@ async def test_a_process_that_left_the_group_cannot_hang_the_call(root: Path) ->
             os.kill(int((root / "escaped").read_text()), signal.SIGKILL)
 
 
-def _open_fds() -> set[int]:
-    return {int(fd) for fd in os.listdir("/proc/self/fd")}
-
-
 @pytest.mark.usefixtures("exit_watch")
 async def test_no_descriptor_is_left_open_whatever_the_outcome(root: Path) -> None:
     executor = _executor(root, grace=0.1)
     broken = _executor(root, shell="/nonexistent/bash")
     await shell(executor, "true")  # let trio open its wakeup pipes and threads first
-    before = _open_fds()
+    before = open_fds()
     assert not (await shell(executor, "echo out; echo err >&2")).is_error
     assert (await shell(executor, "exit 3")).is_error
     timed_out = await shell(executor, "sleep 1000 & wait", timeout=0.2)
@@ -235,7 +235,7 @@ async def test_no_descriptor_is_left_open_whatever_the_outcome(root: Path) -> No
             nursery.start_soon(shell, executor, "echo $$ > ready; sleep 1000")
             await _pids_from_fifo(root / "ready")
             scope.cancel()
-    assert _open_fds() == before
+    assert open_fds() - before == set()
 
 
 @pytest.mark.usefixtures("exit_watch")
@@ -273,7 +273,7 @@ async def test_running_out_of_descriptors_is_an_error_result_that_leaks_none(
 ) -> None:
     executor = _executor(root)
     await shell(executor, "true")
-    before = _open_fds()
+    before = open_fds()
     real_pipe, calls = os.pipe, []
 
     def pipe() -> tuple[int, int]:
@@ -288,7 +288,63 @@ async def test_running_out_of_descriptors_is_an_error_result_that_leaks_none(
     assert result.error_class is ErrorClass.EXECUTION_ERROR
     assert "Could not create the pipes for the output" in result.text
     assert "Too many open files" in result.text
-    assert _open_fds() == before
+    assert open_fds() - before == set()
+
+
+# -- live output -------------------------------------------------------------------------
+
+
+@pytest.mark.usefixtures("exit_watch")
+async def test_output_streams_to_the_host_as_it_is_read(root: Path) -> None:
+    events: list[Any] = []
+    registry = ToolRegistry()
+    registry.register(ShellTool(Workspace(root)))
+    executor = ToolExecutor(registry, sinks=[CallbackSink(events.append)])
+    command = "echo one; echo two >&2; yes x | head -c 200000; printf '\\303\\251\\n'"
+    result = await shell(executor, command)
+    assert not result.is_error
+    updates = [e for e in events if isinstance(e, CallUpdate)]
+    assert len(updates) >= 3  # one read per wake-up: 200 KB cannot come as one piece
+    streamed = {
+        name: "".join(
+            u.partial.content[0].text for u in updates if u.partial.details["stream"] == name
+        )
+        for name in ("stdout", "stderr")
+    }
+    assert streamed == {"stdout": "one\n" + "x\n" * 100_000 + "\u00e9\n", "stderr": "two\n"}
+    kinds = [type(e) for e in events]
+    assert kinds.index(CallCompleted) > max(i for i, k in enumerate(kinds) if k is CallUpdate)
+
+
+async def test_a_character_split_across_reads_is_streamed_whole() -> None:
+    sent: list[tuple[str, Any]] = []
+    ctx = ToolContext("c1", "shell", emit=lambda kind, payload: sent.append((kind, payload)))
+    listen = toolexec._shell._streamer(ctx)
+    for stream, chunk in [("stdout", b"caf\xc3"), ("stderr", b"\xe2\x82"), ("stdout", b"\xa9!")]:
+        listen(stream, chunk)
+    listen("stderr", b"\xac")
+    listen("stdout", b"")
+    listen("stderr", b"")
+    assert [(kind, p.details["stream"], p.content[0].text) for kind, p in sent] == [
+        ("update", "stdout", "caf"),
+        ("update", "stdout", "\u00e9!"),
+        ("update", "stderr", "\u20ac"),
+    ]
+
+
+async def test_nothing_is_streamed_when_nobody_listens(root: Path) -> None:
+    seen: list[bool] = []
+
+    class Probe(ShellTool):
+        async def execute(self, arguments: Any, ctx: ToolContext) -> Any:
+            seen.append(ctx.observed)
+            return await super().execute(arguments, ctx)
+
+    for sinks in ([], [CallbackSink(lambda event: None)]):
+        registry = ToolRegistry()
+        registry.register(Probe(Workspace(root)))
+        assert not (await shell(ToolExecutor(registry, sinks=sinks), "echo hi")).is_error
+    assert seen == [False, True]
 
 
 # -- bounded output -----------------------------------------------------------------

@@ -44,7 +44,7 @@ from ._lifecycle import CallSlot, State, error_result
 from ._limits import ConcurrencyConfig, ExecutorStatistics, Pools
 from ._plan import BatchPlan, ExecutionStrategy, Parallel, RunPlan
 from ._policy import HOST_GRANT, AllowAll, Ask, Deny, ExecutionGrant, ToolPolicy
-from ._tool import ToolContext
+from ._tool import ToolContext, _drop
 from ._types import (
     ContentBlock,
     ErrorClass,
@@ -491,7 +491,7 @@ class ToolExecutor:
             self,
             grant,
             self.grace_period,
-            emit=batch.progress_emitter(call) if sinks or self.hooks else _no_emit,
+            emit=batch.progress_emitter(call) if sinks or self.hooks else _drop,
         )
         return ctx, start, timeout
 
@@ -555,10 +555,6 @@ async def _acquire(limiter: trio.CapacityLimiter, slot: CallSlot) -> None:
         limiter.acquire_on_behalf_of_nowait(slot)
     except trio.WouldBlock:
         await limiter.acquire_on_behalf_of(slot)
-
-
-def _no_emit(_kind: str, _payload: Any) -> None:
-    return None
 
 
 def _cap_output(content: tuple[ContentBlock, ...], limit: int) -> tuple[ContentBlock, ...]:

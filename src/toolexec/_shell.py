@@ -37,6 +37,7 @@ declared ``EXECUTE``.
 
 from __future__ import annotations
 
+import codecs
 import contextlib
 import os
 import re
@@ -152,7 +153,9 @@ class OutputCapture:
 class _Collector:
     """The command's stdout and stderr pipes, read by one task through one selector.
 
-    One task and a selector (epoll, kqueue) instead of a pump task per pipe:
+    ``listener``, when given, sees every chunk as it is read (and ``b""`` at
+    EOF), with the stream's name. One task and a selector (epoll, kqueue)
+    instead of a pump task per pipe:
     a call that prints little costs no tasks and no nursery. Each wake-up
     reads at most one chunk per pipe and then waits again, so a flood of
     output cannot starve other tasks. The collector owns every descriptor it
@@ -161,19 +164,27 @@ class _Collector:
     so nothing needs ``notify_closing``.
     """
 
-    def __init__(self, stdout: OutputCapture, stderr: OutputCapture) -> None:
+    def __init__(
+        self,
+        stdout: OutputCapture,
+        stderr: OutputCapture,
+        listener: Callable[[str, bytes], None] | None = None,
+    ) -> None:
         self._open: list[int] = []
         self._pipes: dict[int, OutputCapture] = {}
+        self._names: dict[int, str] = {}
+        self._listener = listener
         self.write_ends: list[int] = []
         self._selector = selectors.DefaultSelector()
         try:
-            for capture in (stdout, stderr):
+            for name, capture in (("stdout", stdout), ("stderr", stderr)):
                 read_end, write_end = os.pipe()
                 self._open += (read_end, write_end)
                 self.write_ends.append(write_end)
                 os.set_blocking(read_end, False)
                 self._selector.register(read_end, selectors.EVENT_READ)
                 self._pipes[read_end] = capture
+                self._names[read_end] = name
         except BaseException:
             self.close()
             raise
@@ -234,6 +245,26 @@ class _Collector:
         else:
             self._selector.unregister(fd)
             del self._pipes[fd]
+        if self._listener is not None:
+            self._listener(self._names[fd], chunk)  # b"" at EOF
+
+
+def _streamer(ctx: ToolContext) -> Callable[[str, bytes], None]:
+    """Send each piece of output to the host as a ``CallUpdate``, decoded as it arrives.
+
+    A UTF-8 sequence split across two reads is decoded whole; each stream
+    has its own decoder.
+    """
+    decoders = {
+        name: codecs.getincrementaldecoder("utf-8")("replace") for name in ("stdout", "stderr")
+    }
+
+    def listen(stream: str, chunk: bytes) -> None:
+        text = decoders[stream].decode(chunk, final=not chunk)
+        if text:
+            ctx.update(ToolOutput.text(text, stream=stream))
+
+    return listen
 
 
 def _pidfd(process: trio.Process) -> int | None:
@@ -467,7 +498,7 @@ class ShellTool:
         out = OutputCapture(self.max_output_bytes)
         err = OutputCapture(self.max_output_bytes)
         try:
-            collector = _Collector(out, err)
+            collector = _Collector(out, err, _streamer(ctx) if ctx.observed else None)
         except OSError as exc:
             raise ToolError(f"Could not create the pipes for the output: {exc}") from None
         try:

@@ -85,6 +85,14 @@ class ToolContext:
         """A logger for this tool (``toolexec.tools.<name>``)."""
         return _log.getChild(self.tool_name)
 
+    @property
+    def observed(self) -> bool:
+        """Whether progress and updates reach anyone (event sinks or hooks).
+
+        A tool can skip building updates nobody receives.
+        """
+        return self._emit is not _drop
+
     def report_progress(self, message: str) -> None:
         """Tell the host how the call is going (never shown to the model).
 
