@@ -397,6 +397,8 @@ def test_output_capture_keeps_head_and_tail() -> None:
         "find . -name '*.py' -type f",
         "wc -l *.py && echo done",
         "sort -u names.txt",
+        "sort --reverse --key=2 names.txt",
+        "file --brief a.txt",
         "ls; pwd || true",
     ],
 )
@@ -424,6 +426,11 @@ def test_plainly_read_only_commands_are_read(command: str) -> None:
         "find . -name *.py",
         "sort -o out.txt in.txt",
         "sort -uo out.txt in.txt",
+        "sort --outp=out.txt in.txt",  # getopt expands an unambiguous prefix
+        "sort --o out.txt in.txt",
+        "sort --compress-prog=gzip in.txt",
+        "file --comp",
+        "rg --pr cat x",
         "rg --pre cat x",
         "git status",
         "sed -i s/a/b/ f",

@@ -670,7 +670,7 @@ _READ_ONLY = frozenset(
 _FIND_WRITERS = frozenset(
     {"-exec", "-execdir", "-ok", "-okdir", "-delete", "-fprint", "-fprint0", "-fprintf", "-fls"}
 )
-#: Programs with options that write or run programs: (long prefixes, short letters).
+#: Programs with options that write or run programs: (long options, short letters).
 _RISKY_OPTIONS: dict[str, tuple[tuple[str, ...], str]] = {
     "sort": (("--output", "--compress-program"), "o"),
     "rg": (("--pre",), ""),
@@ -711,11 +711,16 @@ def _read_only_command(words: list[tuple[str, bool]]) -> bool:
     if name == "find":
         return not any(glob or text in _FIND_WRITERS for text, glob in args)
     if name in _RISKY_OPTIONS:
-        prefixes, letters = _RISKY_OPTIONS[name]
+        longs, letters = _RISKY_OPTIONS[name]
         for text, glob in args:
-            if glob or text.startswith(prefixes):
+            if glob:
                 return False
-            if text.startswith("-") and not text.startswith("--") and set(text) & set(letters):
+            if text.startswith("--"):
+                # getopt takes any unambiguous prefix: --outp=F is --output=F.
+                option = text.split("=", 1)[0]
+                if len(option) > 2 and any(risky.startswith(option) for risky in longs):
+                    return False
+            elif text.startswith("-") and set(text) & set(letters):
                 return False
     return True
 
