@@ -44,6 +44,8 @@ from toolexec import (
     ToolExecutor,
     ToolOutput,
     ToolRegistry,
+    Workspace,
+    register_builtin_tools,
 )
 from toolexec._approval import display_text
 
@@ -346,7 +348,9 @@ async def test_path_argument_outside_its_grant_is_refused(registry: ToolRegistry
         None,
     ]
     assert "may not write 'src/main.py' (it may write: notes)" in outcome.results[1].text
-    assert "outside the workspace" in outcome.results[2].text
+    assert "uses '..', which this policy cannot check without the workspace" in (
+        outcome.results[2].text
+    )
     child = root.fork_for_subagent("helper")
     outcome = await child.execute_batch(
         [write("cw", "notes/x.md"), ToolCall("cr", "read_file", {"path": "src/a.py"})]
@@ -466,3 +470,60 @@ def test_audit_log_survives_a_crash_mid_batch(tmp_path: Path):
     for line in lines:
         json.loads(line)  # every line is whole
     assert os.stat(path).st_size == len(raw)
+
+
+async def test_a_grant_is_judged_where_the_path_really_leads(tmp_path: Path) -> None:
+    root = tmp_path / "ws"
+    (root / "src").mkdir(parents=True)
+    (root / "private" / "inner").mkdir(parents=True)
+    (root / "private" / "keys.txt").write_text("TOKEN=abc\n")
+    (root / "src" / "ok.txt").write_text("fine\n")
+    (root / "src" / "vendor").symlink_to("../private")
+    (root / "src" / "lib").symlink_to("../private/inner")
+    workspace = Workspace(root)
+    registry = ToolRegistry()
+    register_builtin_tools(registry, workspace)
+    policy = CapabilityPolicy(
+        {"root": Capabilities(paths=[PathGrant("src", "rw")])}, workspace=workspace
+    )
+    executor = ToolExecutor(registry, policy=policy)
+    calls = {
+        "read through a link": ("read_file", {"path": "src/vendor/keys.txt"}),
+        "write through a link": ("write_file", {"path": "src/vendor/x.txt", "content": "x"}),
+        "'..' after a link": ("write_file", {"path": "src/lib/../keys.txt", "content": "x"}),
+        "new dirs under a link": ("write_file", {"path": "src/lib/new/x.txt", "content": "x"}),
+        "'..' after a new dir": ("write_file", {"path": "src/new/../x.txt", "content": "x"}),
+        "list, path left out": ("list_dir", {}),
+        "search, path left out": ("search_files", {"pattern": "TOKEN"}),
+        "absolute, outside": ("read_file", {"path": "/etc/passwd"}),
+        "read inside": ("read_file", {"path": "src/ok.txt"}),
+        "absolute, inside": ("read_file", {"path": str(root / "src" / "ok.txt")}),
+        "new dirs inside": ("write_file", {"path": "src/a/b/c.txt", "content": "x"}),
+        "'..' staying inside": ("read_file", {"path": "src/../src/ok.txt"}),
+    }
+    outcome = await executor.execute_batch(
+        [ToolCall(why, name, arguments) for why, (name, arguments) in calls.items()]
+    )
+    verdicts = {r.call_id: r.error_class for r in outcome.results}
+    denied = ErrorClass.PERMISSION_DENIED
+    assert verdicts == {
+        "read through a link": denied,
+        "write through a link": denied,
+        "'..' after a link": denied,
+        "new dirs under a link": denied,
+        "'..' after a new dir": denied,
+        "list, path left out": denied,
+        "search, path left out": denied,
+        "absolute, outside": denied,
+        "read inside": None,
+        "absolute, inside": None,
+        "new dirs inside": None,
+        "'..' staying inside": None,
+    }
+    texts = {r.call_id: r.text for r in outcome.results}
+    assert (
+        "'src/vendor/keys.txt', which leads to 'private/keys.txt'" in texts["read through a link"]
+    )
+    assert "may not read '.'" in texts["list, path left out"]
+    assert sorted(p.name for p in (root / "private").iterdir()) == ["inner", "keys.txt"]
+    assert (root / "private" / "keys.txt").read_text() == "TOKEN=abc\n"

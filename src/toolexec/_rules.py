@@ -30,9 +30,12 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 import attrs
 
 from ._policy import ALLOW, Allow, Ask, Decision, Deny, ExecutionGrant, ToolPolicy
+from ._types import ErrorClass
+from ._workspace import WorkspaceError
 
 if TYPE_CHECKING:
     from ._types import ToolDefinition
+    from ._workspace import Workspace
 
 __all__ = [
     "Capabilities",
@@ -344,9 +347,18 @@ class CapabilityPolicy:
     capabilities; instance suffixes (``#2``) are ignored when looking up, and
     an agent without an entry gets its nearest ancestor's. No entry at all
     means nothing is granted.
+
+    A path argument is judged where it really leads. Given the
+    ``workspace``, the policy follows links and ``..`` the way the
+    workspace's tools do (a link inside a granted directory that leads
+    elsewhere is judged by its target); without it the check is textual,
+    ``..`` is refused, and a link cannot be seen, so pass the workspace
+    whenever one exists. A path argument left out counts as the whole
+    workspace (``.``), which is what the built-in tools default to.
     """
 
     agents: Mapping[str, Capabilities]
+    workspace: Workspace | None = attrs.field(default=None, kw_only=True)
 
     def capabilities(self, agent_path: str) -> Capabilities | None:
         """The capabilities that apply to an agent path."""
@@ -370,21 +382,50 @@ class CapabilityPolicy:
             granted = ", ".join(caps.tools) or "none"
             return Deny(f"agent '{agent_path}' is not granted tool '{name}' (granted: {granted})")
         for arg, mode in definition.path_arguments.items():
-            value = arguments.get(arg)
+            value = arguments.get(arg, ".")  # left out: the tool's default, the whole workspace
             if not isinstance(value, str):
-                continue
-            path = normalize_path(value)
-            if path.startswith("/") or path == ".." or path.startswith("../"):
-                return Deny(f"path '{value}' is outside the workspace")
+                return Deny(f"path argument '{arg}' is not a string")
+            path = self._where(value)
+            if isinstance(path, Deny):
+                return path
             need = "r" if mode == "r" else "w"
             if not any(g.covers(path, need) for g in caps.paths):
                 verb = "read" if need == "r" else "write"
                 allowed = ", ".join(g.path for g in caps.paths if need == "r" or g.mode == "rw")
+                leads = "" if path == normalize_path(value) else f", which leads to '{path}'"
                 return Deny(
-                    f"agent '{agent_path}' may not {verb} '{value}' "
+                    f"agent '{agent_path}' may not {verb} '{value}'{leads} "
                     f"(it may {verb}: {allowed or 'nothing'})"
                 )
         return ALLOW
+
+    def _where(self, value: str) -> str | Deny:
+        """The workspace-relative path ``value`` leads to, or why it is refused."""
+        parts = [p for p in value.split("/") if p not in ("", ".")]
+        if self.workspace is None:
+            if value.startswith("/") or ".." in parts:
+                return Deny(
+                    f"path '{value}' is absolute or uses '..', which this policy cannot check "
+                    "without the workspace; name it from the workspace root"
+                )
+            return "/".join(parts) or "."
+        # Resolve the longest prefix that exists; what follows it does not exist
+        # yet, so it holds no links, but a '..' there could not be judged.
+        prefix = list(parts)
+        rest: list[str] = []
+        while True:
+            try:
+                where = self.workspace.resolve_sync(
+                    ("/" if value.startswith("/") else "") + "/".join(prefix)
+                )
+                break
+            except WorkspaceError as exc:
+                if exc.error_class is ErrorClass.PERMISSION_DENIED or not prefix:
+                    return Deny(f"path '{value}' {exc.reason.rstrip('.')}")
+                rest.insert(0, prefix.pop())
+        if ".." in rest:
+            return Deny(f"path '{value}' uses '..' after a part that does not exist")
+        return "/".join(p for p in (where, *rest) if p != ".") or "."
 
 
 def _tighter(a: float | None, b: float | None) -> float | None:
