@@ -7,6 +7,7 @@ import io
 import os
 import re
 import subprocess
+import tracemalloc
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -391,3 +392,17 @@ async def test_odd_names_give_clean_error_results(
     assert "Traceback" not in result.text
     assert "traceback" not in result.details
     result.text.encode("utf-8")  # always valid text for the model
+
+
+async def test_read_file_memory_does_not_grow_with_the_number_of_lines(root: Path) -> None:
+    size = 4 << 20
+    (root / "short.txt").write_bytes(b"x\n" * (size // 2))
+    ex = _executor(root)
+    tracemalloc.start()
+    try:
+        result = await call(ex, "read_file", path="short.txt", limit=1)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert result.text == f"x\n[showing lines 1-1 of {size // 2}; continue with offset=2]"
+    assert peak < 4 * size, f"peak {peak / size:.1f} times the file size"

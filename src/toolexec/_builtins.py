@@ -15,6 +15,7 @@ subprocess that is killed when the time bound expires.
 from __future__ import annotations
 
 import fnmatch
+import itertools
 import json
 import os
 import re
@@ -68,8 +69,50 @@ def _is_binary(data: bytes) -> bool:
     return b"\x00" in data[:_BINARY_SNIFF]
 
 
+# Where ``str.splitlines`` ends a line; "\r\n" is one break.
+_BREAK_CHARS = "\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029"
+_SKIP_CHUNK = 1 << 16
+_BREAK = re.compile("\r\n|[\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029]")
+
+
+def _breaks(text: str, start: int = 0, end: int | None = None) -> int:
+    """How many line breaks ``text[start:end]`` holds (``str.splitlines``'s)."""
+    end = len(text) if end is None else end
+    found = sum(text.count(c, start, end) for c in _BREAK_CHARS)
+    return found - text.count("\r\n", start, end)
+
+
 def _line_count(text: str) -> int:
-    return len(text.splitlines())
+    """``len(text.splitlines())`` without building the list of lines."""
+    return _breaks(text) + (text[-1:] not in ("", *_BREAK_CHARS))
+
+
+def _lines_from(text: str, first: int) -> Iterator[str]:
+    """``text.splitlines(keepends=True)[first - 1 :]``, one line at a time.
+
+    A list of every line costs tens of bytes per line on top of the text
+    (a file of short lines would take ~30 times its size); this keeps only
+    the lines the caller takes. Whole chunks before line ``first`` are
+    skipped by counting their breaks.
+    """
+    start, skip = 0, first - 1
+    while skip:
+        end = min(start + _SKIP_CHUNK, len(text))
+        if text[end - 1 : end + 1] == "\r\n":
+            end += 1  # never split a "\r\n"
+        found = _breaks(text, start, end)
+        if found >= skip:
+            last = next(itertools.islice(_BREAK.finditer(text, start, end), skip - 1, None))
+            start = last.end()
+            break
+        if end == len(text):
+            return
+        start, skip = end, skip - found
+    for found_break in _BREAK.finditer(text, start):
+        yield text[start : found_break.end()]
+        start = found_break.end()
+    if start < len(text):
+        yield text[start:]
 
 
 # -- read_file ----------------------------------------------------------------
@@ -129,19 +172,19 @@ class ReadFileTool:
                 f"{show(path)} is a binary file ({len(data)} bytes); read_file shows text only."
             )
         text = data.decode("utf-8", "replace")
-        lines = text.splitlines(keepends=True)
+        total = _line_count(text)
         first = int(arguments.get("offset", 1))
         limit = int(arguments.get("limit", self.default_limit))
-        if not lines:
+        if not total:
             return ToolOutput.text(f"{show(path)} is empty.", path=path, lines=0)
-        if first > len(lines):
+        if first > total:
             raise ToolError(
-                f"offset {first} is past the end of {show(path)}, which has {len(lines)} lines."
+                f"offset {first} is past the end of {show(path)}, which has {total} lines."
             )
         chosen: list[str] = []
         used = 0
         notes = []
-        for line in lines[first - 1 : first - 1 + limit]:
+        for line in itertools.islice(_lines_from(text, first), limit):
             if used + len(line) > self.max_output_chars:
                 if not chosen:  # one line longer than the cap: show its start
                     cut = self.max_output_chars
@@ -154,14 +197,14 @@ class ReadFileTool:
             used += len(line)
         last = first + len(chosen) - 1
         body = "".join(chosen)
-        if first > 1 or last < len(lines):
-            more = f"; continue with offset={last + 1}" if last < len(lines) else ""
-            notes.append(f"[showing lines {first}-{last} of {len(lines)}{more}]")
+        if first > 1 or last < total:
+            more = f"; continue with offset={last + 1}" if last < total else ""
+            notes.append(f"[showing lines {first}-{last} of {total}{more}]")
         if "\ufffd" in body and b"\xef\xbf\xbd" not in data:
             notes.append("[the file is not valid UTF-8; undecodable bytes are shown as U+FFFD]")
         if notes:
             body = body + ("" if body.endswith("\n") else "\n") + "\n".join(notes)
-        return ToolOutput.text(body, path=path, lines=len(lines), start=first, end=last)
+        return ToolOutput.text(body, path=path, lines=total, start=first, end=last)
 
 
 # -- write_file ---------------------------------------------------------------
