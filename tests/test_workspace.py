@@ -6,9 +6,13 @@ import contextlib
 import ctypes
 import ctypes.util
 import os
+import shutil
 import socket
+import subprocess
 import sys
+import tempfile
 import threading
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
@@ -25,9 +29,9 @@ from toolexec._builtins import _SearchState
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
-    from pathlib import Path
 
 SECRET = b"SECRET-OUTSIDE-BYTES"
+SRC = Path(__file__).parent.parent / "src"
 
 
 @pytest.fixture
@@ -334,3 +338,116 @@ async def test_a_root_reached_through_a_link_is_known_by_both_names(
     with pytest.raises(WorkspaceError) as info:
         await ws.read_bytes(str(alias) + "/../outside/secret.txt")
     assert info.value.error_class is ErrorClass.PERMISSION_DENIED
+
+
+# -- what a replacing write leaves, and paths the kernel would read differently -----
+
+
+async def test_written_data_is_owner_only_until_it_is_in_place(
+    world: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    modes: list[int] = []
+    real_write = os.write
+
+    def write(fd: int, data: bytes) -> int:
+        modes.append(os.fstat(fd).st_mode & 0o7777)  # what others could do meanwhile
+        return real_write(fd, data)
+
+    monkeypatch.setattr(os, "write", write)
+    ws = Workspace(world["root"])
+    (world["root"] / "shared.txt").write_bytes(b"old")
+    (world["root"] / "shared.txt").chmod(0o644)
+    await ws.write_bytes("shared.txt", b"new private data")
+    await ws.write_bytes("fresh.txt", b"more private data")
+    monkeypatch.undo()
+    assert modes
+    assert set(modes) == {0o600}
+    assert (world["root"] / "shared.txt").stat().st_mode & 0o7777 == 0o644
+
+
+async def test_a_replaced_file_loses_set_user_and_group_id(world: dict[str, Path]) -> None:
+    program = world["root"] / "tool"
+    program.write_bytes(b"#!/bin/sh\n")
+    program.chmod(0o6755)
+    await Workspace(world["root"]).write_bytes("tool", b"#!/bin/sh\necho replaced\n")
+    assert program.stat().st_mode & 0o7777 == 0o755
+
+
+async def test_a_new_file_gets_the_mode_the_umask_gives(world: dict[str, Path]) -> None:
+    old = os.umask(0o027)
+    try:
+        os.umask(old)  # put it back at once; read the expected mode from it
+        await Workspace(world["root"]).write_bytes("new.txt", b"x")
+        assert (world["root"] / "new.txt").stat().st_mode & 0o777 == 0o666 & ~old
+    finally:
+        os.umask(old)
+
+
+def test_a_file_the_os_would_not_let_us_write_is_not_replaced() -> None:
+    # As an unprivileged user (root may write anything), in a directory that user
+    # may write: renaming over the file would work, opening it must not be bypassed.
+    script = (
+        "import sys, trio\n"
+        "from toolexec import Workspace, WorkspaceError\n"
+        "async def main():\n"
+        "    try:\n"
+        "        await Workspace(sys.argv[1]).write_bytes('ro.txt', b'replaced')\n"
+        "    except WorkspaceError as exc:\n"
+        "        print(exc.error_class.value, exc)\n"
+        "trio.run(main)\n"
+    )
+    command: list[str] = []
+    if os.geteuid() == 0:
+        setpriv = shutil.which("setpriv")
+        if setpriv is None:
+            pytest.skip("running as root without setpriv: cannot act as an unprivileged user")
+        command = [setpriv, "--reuid=65534", "--regid=65534", "--clear-groups"]
+    shared = Path(tempfile.mkdtemp(prefix="toolexec-ro-"))  # under /tmp: reachable by all
+    try:
+        shared.chmod(0o777)
+        target = shared / "ro.txt"
+        target.write_bytes(b"keep")
+        target.chmod(0o444)
+        result = subprocess.run(
+            [*command, sys.executable, "-c", script, str(shared)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env={**os.environ, "PYTHONPATH": str(SRC)},
+        )
+        assert result.stdout.startswith("permission_denied 'ro.txt' is not writable"), (
+            result.stdout + result.stderr
+        )
+        assert target.read_bytes() == b"keep"
+    finally:
+        shutil.rmtree(shared)
+
+
+async def test_a_trailing_slash_means_a_directory(world: dict[str, Path]) -> None:
+    ws = Workspace(world["root"])
+    for path in ("a.txt/", "a.txt/."):
+        with pytest.raises(WorkspaceError, match=r"'a\.txt' is not a directory"):
+            await ws.read_bytes(path)
+    with pytest.raises(WorkspaceError):
+        await ws.write_bytes("newdir/", b"x")
+    assert not (world["root"] / "newdir").exists()
+    assert [e.name for e in await ws.list_dir("sub/")] == []
+
+
+async def test_a_root_replaced_after_creation_is_not_followed(
+    world: dict[str, Path], tmp_path: Path
+) -> None:
+    ws = Workspace(world["root"])
+    world["root"].rename(tmp_path / "moved")
+    world["root"].symlink_to(world["outside"])
+    for attempt in (ws.read_bytes("secret.txt"), ws.write_bytes("planted.txt", b"x")):
+        with pytest.raises(WorkspaceError, match="no longer the directory") as caught:
+            await attempt
+        assert caught.value.error_class is ErrorClass.PERMISSION_DENIED
+    _outside_untouched(world)
+
+
+async def test_many_new_directories_are_not_link_hops(world: dict[str, Path]) -> None:
+    deep = "/".join(f"d{i}" for i in range(60)) + "/file.txt"
+    assert await Workspace(world["root"]).write_bytes(deep, b"x") is True
+    assert (world["root"] / deep).read_bytes() == b"x"

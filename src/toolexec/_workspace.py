@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import functools
 import os
 import secrets
 import stat
@@ -173,11 +174,14 @@ class Workspace:
     max_read_bytes: int = 16 * 1024 * 1024
     _real: str = attrs.field(init=False, repr=False)
     _prefixes: tuple[tuple[str, ...], ...] = attrs.field(init=False, repr=False)
+    _identity: tuple[int, int] = attrs.field(init=False, repr=False)
 
     def __attrs_post_init__(self) -> None:
         if not self.root.is_dir():
             raise ValueError(f"workspace root {str(self.root)!r} is not a directory")
         self._real = os.path.realpath(self.root)
+        st = os.stat(self._real)
+        self._identity = (st.st_dev, st.st_ino)
         # Absolute paths (and link targets) may name the root either way.
         real, given = Path(self._real).parts[1:], self.root.parts[1:]
         self._prefixes = (real,) if real == given else (real, given)
@@ -309,7 +313,15 @@ class Workspace:
             raise WorkspaceError(
                 ".", f"(the workspace root) cannot be opened: {exc.strerror}."
             ) from None
-        walk = _Walk(self, path, deque(parts), [root_fd], create_dirs)
+        st = os.fstat(root_fd)
+        if (st.st_dev, st.st_ino) != self._identity:  # moved away, something else put there
+            os.close(root_fd)
+            raise _denied(
+                ".", "(the workspace root) is no longer the directory the workspace was made for."
+            )
+        # A trailing '/' (or '/.') says the last part is a directory, as the kernel reads it.
+        directory = path.endswith(("/", "/.")) and bool(parts)
+        walk = _Walk(self, path, deque(parts), [root_fd], create_dirs, directory)
         try:
             return walk.run()
         finally:
@@ -326,8 +338,10 @@ class _Walk:
     queue: deque[str]
     fds: list[int]
     create_dirs: bool
+    directory: bool = False  # the path ends with '/': its last part must be a directory
     names: list[str] = attrs.Factory(list)
     budget: int = _MAX_LINKS
+    created: int = 0
     via_link: str | None = None
 
     def run(self) -> _Located:
@@ -339,7 +353,7 @@ class _Walk:
                     raise self._escape("leads above the workspace root.")
                 os.close(fds.pop())
                 names.pop()
-            elif queue:
+            elif queue or self.directory:
                 self._descend(part)
             else:
                 target = _link_target(fds[-1], part, self.path)
@@ -363,13 +377,20 @@ class _Walk:
                 return
             if failure.errno == errno.ENOTDIR:
                 raise WorkspaceError(self.path, f"cannot be reached: {here} is not a directory.")
-        elif failure.errno == errno.ENOENT and self.create_dirs:
+        elif failure.errno == errno.ENOENT and self.create_dirs and self.queue:
             try:
                 os.mkdir(part, 0o777, dir_fd=self.fds[-1])
             except FileExistsError:
-                pass
+                pass  # made meanwhile: look again, spending from the budget below
             except OSError as exc:
                 raise _os_error(self.path, exc) from None
+            else:
+                # A new directory is not a link hop: it has a budget of its own,
+                # one per part of the path (and some to spare for races).
+                self.created += 1
+                if self.created <= len(self.path) // 2 + _MAX_LINKS:
+                    self.queue.appendleft(part)
+                    return
         elif failure.errno == errno.ENOENT:
             raise WorkspaceError(self.path, f"does not exist ({here} is missing).")
         else:
@@ -430,6 +451,10 @@ def open_regular_at(dir_fd: int, name: str, path: str) -> tuple[int, int]:
 
     Returns ``(fd, size)``; refuses directories and special files.
     """
+    with contextlib.suppress(OSError):  # look before opening: opening a FIFO has effects
+        mode = os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode
+        if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode) or stat.S_ISLNK(mode)):
+            raise _denied(path, f"is a {kind_of(mode)}; only regular files can be read.")
     try:
         fd = os.open(name, _READ_FLAGS, dir_fd=dir_fd)
     except OSError as exc:
@@ -477,9 +502,17 @@ def _replace_file(dir_fd: int, name: str, data: bytes, path: str) -> bool:
         if stat.S_ISLNK(st.st_mode):
             raise WorkspaceError(path, "was replaced by a symbolic link during the operation.")
         raise _denied(path, f"is a {kind_of(st.st_mode)}; only regular files can be written.")
+    if st is not None and not os.access(name, os.W_OK, dir_fd=dir_fd, effective_ids=True):
+        # Renaming over it needs only the directory's permission; opening it for
+        # writing would be refused, and so is this.
+        raise _denied(path, "is not writable (the operating system denies writing to it).")
+    # The final mode: the old file's without set-user/group-id (new content must
+    # not inherit them), or what creating the file would give.
+    mode = stat.S_IMODE(st.st_mode) & ~(stat.S_ISUID | stat.S_ISGID) if st else _new_file_mode()
     temp = f".toolexec-{secrets.token_hex(8)}.tmp"
     try:
-        fd = os.open(temp, _TEMP_FLAGS, 0o666, dir_fd=dir_fd)
+        # Owner-only while it fills, so nobody else can read the data meanwhile.
+        fd = os.open(temp, _TEMP_FLAGS, 0o600, dir_fd=dir_fd)
     except OSError as exc:
         raise _os_error(path, exc) from None
     try:
@@ -487,8 +520,7 @@ def _replace_file(dir_fd: int, name: str, data: bytes, path: str) -> bool:
             view = memoryview(data)
             while view:
                 view = view[os.write(fd, view) :]
-            if st is not None:
-                os.fchmod(fd, stat.S_IMODE(st.st_mode))
+            os.fchmod(fd, mode)
         finally:
             os.close(fd)
         os.replace(temp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
@@ -499,6 +531,19 @@ def _replace_file(dir_fd: int, name: str, data: bytes, path: str) -> bool:
             raise _os_error(path, exc) from None
         raise
     return st is None
+
+
+@functools.cache
+def _new_file_mode() -> int:
+    """0o666 less the process's umask, read without changing it (Linux), else 0o644."""
+    try:
+        with open("/proc/self/status", "rb") as f:
+            for line in f:
+                if line.startswith(b"Umask:"):
+                    return 0o666 & ~int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0o644
 
 
 def scan(dir_fd: int) -> list[DirEntry]:
