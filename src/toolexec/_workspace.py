@@ -49,6 +49,7 @@ _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 _TEMP_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 _MAX_LINKS = 40
+_EUID_ACCESS = os.access in os.supports_effective_ids
 _MAX_OPEN_DIRS = 32
 _CHUNK = 1 << 16
 
@@ -502,7 +503,7 @@ def _replace_file(dir_fd: int, name: str, data: bytes, path: str) -> bool:
         if stat.S_ISLNK(st.st_mode):
             raise WorkspaceError(path, "was replaced by a symbolic link during the operation.")
         raise _denied(path, f"is a {kind_of(st.st_mode)}; only regular files can be written.")
-    if st is not None and not os.access(name, os.W_OK, dir_fd=dir_fd, effective_ids=True):
+    if st is not None and not os.access(name, os.W_OK, dir_fd=dir_fd, effective_ids=_EUID_ACCESS):
         # Renaming over it needs only the directory's permission; opening it for
         # writing would be refused, and so is this.
         raise _denied(path, "is not writable (the operating system denies writing to it).")
