@@ -265,6 +265,50 @@ async def test_search_files_rejects_bad_regex(root: Path) -> None:
     assert "Invalid regular expression" in result.text
 
 
+@pytest.mark.parametrize(
+    ("pattern", "why"),
+    [
+        ("a{99999999999}", "the repetition number is too large"),
+        ("(" * 2000 + ")" * 2000, "nested too deeply"),
+        ("(?:" * 500 + "a" + ")" * 500, "nested too deeply"),
+    ],
+    ids=["overflow", "groups", "non-capturing"],
+)
+async def test_search_files_rejects_patterns_re_cannot_build(
+    root: Path, pattern: str, why: str
+) -> None:
+    (root / "a.txt").write_text("aaa\n")
+    result = await call(_executor(root), "search_files", pattern=pattern)
+    assert result.error_class is ErrorClass.INVALID_ARGUMENTS, result.text
+    assert result.text.startswith("Invalid regular expression")
+    assert why in result.text
+    assert len(result.text) < 400
+
+
+async def test_the_matcher_reports_a_pattern_it_cannot_build(
+    root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from toolexec import _builtins
+
+    (root / "a.txt").write_text("aaa\n")
+    monkeypatch.setattr(_builtins, "_check_pattern", lambda pattern, flags: None)
+    result = await call(_executor(root), "search_files", pattern="a{99999999999}")
+    assert result.error_class is ErrorClass.INVALID_ARGUMENTS, result.text
+    assert "the repetition number is too large" in result.text
+
+
+async def test_a_failing_matcher_is_an_error_not_an_empty_result(
+    root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from toolexec import _builtins
+
+    (root / "a.txt").write_text("aaa\n")
+    monkeypatch.setattr(_builtins, "_MATCHER", "import sys; sys.exit(3)")
+    result = await call(_executor(root), "search_files", pattern="a")
+    assert result.error_class is ErrorClass.EXECUTION_ERROR, result.text
+    assert "matcher process exited with status 3" in result.text
+
+
 async def test_a_pathological_regex_is_stopped(root: Path) -> None:
     (root / "evil.txt").write_text("a" * 64 + "!\n")
     registry = ToolRegistry()

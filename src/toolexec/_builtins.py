@@ -475,7 +475,14 @@ _MATCHER = r"""
 import json, re, sys
 inp, out = sys.stdin.buffer, sys.stdout
 head = json.loads(inp.readline())
-rx = re.compile(head["pattern"], head["flags"])
+try:
+    rx = re.compile(head["pattern"], head["flags"])
+except RecursionError:
+    out.write(json.dumps({"invalid": "it is nested too deeply"}) + "\n")
+    sys.exit(0)
+except (re.error, OverflowError, ValueError) as exc:
+    out.write(json.dumps({"invalid": str(exc)}) + "\n")
+    sys.exit(0)
 left, width = head["max"], head["width"]
 while left > 0:
     frame = inp.readline()
@@ -508,6 +515,8 @@ class _SearchState:
     files: int = 0
     skipped: int = 0
     problems: list[str] = attrs.Factory(list)
+    invalid: str | None = None  # the matcher could not build the pattern: why
+    failed: int | None = None  # the matcher's exit status, if it failed
 
 
 @attrs.define(eq=False)
@@ -533,13 +542,7 @@ class SearchFilesTool:
         """Run the search; see the class docstring."""
         pattern = arguments["pattern"]
         flags = re.IGNORECASE if arguments.get("ignore_case") else 0
-        try:
-            re.compile(pattern, flags)
-        except re.error as exc:
-            raise ToolError(
-                f"Invalid regular expression {pattern!r}: {exc}.",
-                error_class=ErrorClass.INVALID_ARGUMENTS,
-            ) from None
+        _check_pattern(pattern, flags)
         path = arguments.get("path", ".")
         limit = int(arguments.get("max_results", 100))
         start = await trio.to_thread.run_sync(self._start, path)
@@ -576,6 +579,8 @@ class SearchFilesTool:
                 nursery.start_soon(self._feed, process, files, pattern, flags, limit, state)
                 await self._collect(process, state)
                 nursery.cancel_scope.cancel()
+            if await process.wait() != 0:  # it closed its output: it is exiting
+                state.failed = process.returncode
         finally:
             await _reap(process, 0)
 
@@ -615,8 +620,12 @@ class SearchFilesTool:
                     state.files += 1
                     continue
                 try:
-                    name, line, text = json.loads(row)
-                except ValueError:
+                    decoded = json.loads(row)
+                    if isinstance(decoded, dict):
+                        state.invalid = str(decoded["invalid"])
+                        continue
+                    name, line, text = decoded
+                except (ValueError, KeyError):
                     continue
                 state.hits.append(_Hit(str(name), int(line), str(text)))
 
@@ -675,6 +684,12 @@ class SearchFilesTool:
     def _report(
         self, path: str, pattern: str, limit: int, state: _SearchState, timed_out: bool
     ) -> ToolOutput:
+        if state.invalid is not None:
+            raise _invalid_pattern(pattern, state.invalid)
+        if state.failed is not None:
+            raise ToolError(
+                f"search_files failed: its matcher process exited with status {state.failed}."
+            )
         lines = [f"{show(h.path)[1:-1]}:{h.line}: {h.text}" for h in state.hits]
         summary = (
             f"{len(state.hits)} matching lines for {pattern!r} in {show(path)} "
@@ -699,6 +714,27 @@ class SearchFilesTool:
         return ToolOutput.text(
             "\n".join([summary, *lines]), matches=len(state.hits), files=state.files
         )
+
+
+def _invalid_pattern(pattern: str, why: str) -> ToolError:
+    shown = repr(pattern) if len(pattern) <= 100 else f"{pattern[:100]!r}... ({len(pattern)} chars)"
+    return ToolError(
+        f"Invalid regular expression {shown}: {why}.", error_class=ErrorClass.INVALID_ARGUMENTS
+    )
+
+
+def _check_pattern(pattern: str, flags: int) -> None:
+    """Refuse a pattern ``re`` cannot build, as ``invalid_arguments``.
+
+    Besides ``re.error``, a bad pattern can raise ``OverflowError`` (a huge
+    repeat count), ``RecursionError`` (deep nesting) or ``ValueError``.
+    """
+    try:
+        re.compile(pattern, flags)
+    except RecursionError:
+        raise _invalid_pattern(pattern, "it is nested too deeply") from None
+    except (re.error, OverflowError, ValueError) as exc:
+        raise _invalid_pattern(pattern, str(exc)) from None
 
 
 def _take(
