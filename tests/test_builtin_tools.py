@@ -319,6 +319,73 @@ async def test_a_pathological_regex_is_stopped(root: Path) -> None:
     assert "catastrophically" in result.text
 
 
+# -- names with control characters cannot forge output lines ------------------------------
+
+EVIL = "a\nFAKE LINE"
+
+
+async def test_names_with_control_characters_stay_on_their_line(root: Path) -> None:
+    (root / EVIL).write_text("needle\n")
+    (root / "b\rx").write_text("needle\n")
+    (root / "c\x1b[31m\x85\u2028d").write_text("needle\n")
+    os.symlink("t\nFAKE TARGET", root / "link")
+    (root / "tab\tname").write_text("needle\n")
+    ex = _executor(root)
+    listing = (await call(ex, "list_dir")).text
+    assert listing.splitlines() == [
+        "a\\nFAKE LINE  (7 bytes)",
+        "b\\rx  (7 bytes)",
+        "c\\x1b[31m\\x85\\u2028d  (7 bytes)",
+        "link -> t\\nFAKE TARGET",
+        f"out-link -> {root.parent / 'outside'}",
+        "tab\\tname  (7 bytes)",
+    ]
+    found = (await call(ex, "search_files", pattern="needle")).text
+    assert found.splitlines() == [
+        "4 matching lines for 'needle' in '.' (4 files searched, 0 skipped).",
+        "a\\nFAKE LINE:1: needle",
+        "b\\rx:1: needle",
+        "c\\x1b[31m\\x85\\u2028d:1: needle",
+        "tab\\tname:1: needle",
+    ]
+    one = (await call(ex, "search_files", pattern="needle", path=EVIL)).text
+    assert one.splitlines() == [
+        "1 matching lines for 'needle' in 'a\\nFAKE LINE' (1 files searched, 0 skipped).",
+        "a\\nFAKE LINE:1: needle",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("name", "arguments", "expected"),
+    [
+        ("write_file", {"path": EVIL, "content": "x"}, "Replaced 'a\\nFAKE LINE' (1 bytes"),
+        (
+            "edit_file",
+            {"path": EVIL, "old_string": "needle", "new_string": "pin"},
+            "Edited 'a\\nFAKE LINE': replaced",
+        ),
+        ("read_file", {"path": "e\nFAKE"}, "'e\\nFAKE' does not exist."),
+        ("read_file", {"path": "sub\n"}, "is a binary file"),
+        ("read_file", {"path": "empty\n"}, "'empty\\n' is empty."),
+        ("read_file", {"path": EVIL, "offset": 5}, "past the end of 'a\\nFAKE LINE'"),
+        ("list_dir", {"path": "dir\n"}, "'dir\\n' is empty."),
+        ("list_dir", {"path": "bad-link"}, "'/\\nFAKE TARGET'"),
+        ("search_files", {"pattern": "x", "path": "x\ny/z"}, "'x\\ny/z' does not exist"),
+    ],
+)
+async def test_messages_escape_the_names_they_echo(
+    root: Path, name: str, arguments: dict[str, Any], expected: str
+) -> None:
+    (root / EVIL).write_text("needle\n")
+    (root / "sub\n").write_bytes(b"\x00bin")
+    (root / "empty\n").write_bytes(b"")
+    (root / "dir\n").mkdir()
+    os.symlink("/\nFAKE TARGET", root / "bad-link")
+    result = await call(_executor(root), name, **arguments)
+    assert len(result.text.splitlines()) == 1, result.text
+    assert expected in result.text
+
+
 # -- echo and escapes through every tool --------------------------------------------------
 
 
