@@ -251,6 +251,29 @@ async def test_search_files_reports_path_line_and_text(root: Path) -> None:
     assert one_file.text.splitlines()[1:] == ["src/a.py:2:     return 1"]
 
 
+async def test_search_files_caps_a_single_file_like_a_directory(root: Path) -> None:
+    (root / "big.log").write_text("filler line\n" * 20 + "needle\n")
+    (root / "small.log").write_text("needle\n")
+    (root / "blob.bin").write_bytes(b"\x00needle\n")
+    registry = ToolRegistry()
+    registry.register(SearchFilesTool(Workspace(root), max_file_bytes=100))
+    ex = ToolExecutor(registry)
+    for path in ["big.log", "blob.bin"]:
+        alone = await call(ex, "search_files", pattern="needle", path=path)
+        assert alone.text == (
+            f"0 matching lines for 'needle' in '{path}' (0 files searched, 1 skipped)."
+        )
+    small = await call(ex, "search_files", pattern="needle", path="small.log")
+    assert small.text.splitlines() == [
+        "1 matching lines for 'needle' in 'small.log' (1 files searched, 0 skipped).",
+        "small.log:1: needle",
+    ]
+    whole = await call(ex, "search_files", pattern="needle")
+    assert whole.text.splitlines()[0] == (
+        "1 matching lines for 'needle' in '.' (1 files searched, 2 skipped)."
+    )
+
+
 async def test_search_files_does_not_follow_links_out(root: Path) -> None:
     ex = _executor(root)
     result = await call(ex, "search_files", pattern=SECRET)

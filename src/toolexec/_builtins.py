@@ -681,20 +681,31 @@ class SearchFilesTool:
                     continue
                 state.hits.append(_Hit(str(name), int(line), str(text)))
 
-    def _start(self, path: str) -> int | bytes:
-        """Open the directory to search, or read the one file to search."""
+    def _start(self, path: str) -> int | bytes | None:
+        """Open the directory to search, or read the one file to search.
+
+        ``None``: the file is over ``max_file_bytes`` (it is skipped, as in
+        a directory).
+        """
         try:
             return self.workspace.open_dir(path)
         except WorkspaceError as exc:
             if "is not a directory" not in exc.reason:
                 raise
-        return self.workspace.read_bytes_sync(path)
+        try:
+            return self.workspace.read_bytes_sync(path, self.max_file_bytes)
+        except WorkspaceError as exc:
+            if not exc.reason.startswith("is larger than the"):
+                raise
+        return None
 
     def _files(
-        self, path: str, start: int | bytes, glob: str | None, state: _SearchState
+        self, path: str, start: int | bytes | None, glob: str | None, state: _SearchState
     ) -> Generator[_Item, None, None]:
-        if isinstance(start, bytes):
-            if not _is_binary(start):
+        if not isinstance(start, int):  # one file: capped and skipped like a directory's
+            if start is None or _is_binary(start):
+                state.skipped += 1
+            else:
                 yield path, start
             return
         walk = walk_tree(start, "", 1 << 30, state.problems, frozenset({".git"}))
