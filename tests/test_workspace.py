@@ -6,6 +6,7 @@ import contextlib
 import ctypes
 import ctypes.util
 import os
+import resource
 import shutil
 import socket
 import subprocess
@@ -21,9 +22,13 @@ from toolexec import (
     EditFileTool,
     ErrorClass,
     SearchFilesTool,
+    ToolCall,
     ToolError,
+    ToolExecutor,
+    ToolRegistry,
     Workspace,
     WorkspaceError,
+    register_builtin_tools,
 )
 from toolexec._builtins import _SearchState
 
@@ -451,3 +456,36 @@ async def test_many_new_directories_are_not_link_hops(world: dict[str, Path]) ->
     deep = "/".join(f"d{i}" for i in range(60)) + "/file.txt"
     assert await Workspace(world["root"]).write_bytes(deep, b"x") is True
     assert (world["root"] / deep).read_bytes() == b"x"
+
+
+async def test_deep_trees_need_only_a_bounded_number_of_descriptors(tmp_path: Path) -> None:
+    root = tmp_path / "ws"
+    deep = root / "/".join(["d"] * 300)
+    deep.mkdir(parents=True)
+    (deep / "leaf.txt").write_text("needle\n")
+    (root / "top.txt").write_text("needle\n")  # listed after the walk climbs back up
+    registry = ToolRegistry()
+    register_builtin_tools(registry, Workspace(root))
+    executor = ToolExecutor(registry)
+    leaf = "/".join(["d"] * 300) + "/leaf.txt"
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (len(os.listdir("/proc/self/fd")) + 128, hard))
+    try:
+        outcome = await executor.execute_batch(
+            [
+                ToolCall("r", "read_file", {"path": leaf}),
+                ToolCall("w", "write_file", {"path": leaf, "content": "needle again\n"}),
+                ToolCall("l", "list_dir", {"path": ".", "depth": 1000}),
+                ToolCall("s", "search_files", {"pattern": "needle"}),
+            ]
+        )
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    read, write, listing, search = outcome.results
+    assert read.text.endswith("needle\n"), read.text
+    assert not write.is_error, write.text
+    assert not listing.is_error, listing.text
+    assert "skipped" not in listing.text
+    assert "leaf.txt" in listing.text
+    assert "top.txt" in listing.text
+    assert "2 matching lines" in search.text, search.text

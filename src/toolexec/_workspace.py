@@ -327,7 +327,8 @@ class Workspace:
             return walk.run()
         finally:
             for fd in walk.fds:
-                os.close(fd)
+                if fd is not None:
+                    os.close(fd)
 
 
 @attrs.define(eq=False)
@@ -337,7 +338,7 @@ class _Walk:
     workspace: Workspace
     path: str
     queue: deque[str]
-    fds: list[int]
+    fds: list[int | None]  # root first; None: closed to bound the count, reopened on '..'
     create_dirs: bool
     directory: bool = False  # the path ends with '/': its last part must be a directory
     names: list[str] = attrs.Factory(list)
@@ -352,27 +353,68 @@ class _Walk:
             if part == "..":
                 if len(fds) == 1:
                     raise self._escape("leads above the workspace root.")
-                os.close(fds.pop())
+                closing = fds.pop()
+                if closing is not None:
+                    os.close(closing)
                 names.pop()
+                if fds[-1] is None:
+                    self._reopen()
             elif queue or self.directory:
                 self._descend(part)
             else:
-                target = _link_target(fds[-1], part, self.path)
+                target = _link_target(self._top, part, self.path)
                 if target is None:
-                    return _Located(fds.pop(), part, (*names, part))
+                    return _Located(self._pop(), part, (*names, part))
                 self._expand(part, target)
-        return _Located(fds.pop(), None, tuple(names))
+        return _Located(self._pop(), None, tuple(names))
+
+    @property
+    def _top(self) -> int:
+        fd = self.fds[-1]
+        assert fd is not None  # the deepest directory is always open
+        return fd
+
+    def _pop(self) -> int:
+        fd = self._top
+        self.fds.pop()
+        return fd
+
+    def _reopen(self) -> None:
+        """Reopen the deepest directory by name, from the nearest open ancestor."""
+        base = max(i for i, fd in enumerate(self.fds) if fd is not None)
+        parent = self.fds[base]
+        assert parent is not None
+        opened: list[int] = []
+        try:
+            for name in self.names[base : len(self.fds) - 1]:
+                opened.append(os.open(name, _DIR_FLAGS, dir_fd=opened[-1] if opened else parent))
+        except OSError as exc:
+            for fd in opened:
+                os.close(fd)
+            raise WorkspaceError(
+                self.path,
+                f"cannot be walked back up ({exc.strerror}): it changed during the operation.",
+            ) from None
+        for fd in opened[:-1]:  # only the deepest stays open
+            os.close(fd)
+        self.fds[-1] = opened[-1]
 
     def _descend(self, part: str) -> None:
         try:
-            self.fds.append(os.open(part, _DIR_FLAGS, dir_fd=self.fds[-1]))
+            self.fds.append(os.open(part, _DIR_FLAGS, dir_fd=self._top))
             self.names.append(part)
+            if len(self.fds) > _MAX_OPEN_DIRS:  # bound the descriptors: close the oldest open one
+                i = next(i for i, fd in enumerate(self.fds) if i > 0 and fd is not None)
+                evicted = self.fds[i]
+                assert evicted is not None
+                os.close(evicted)
+                self.fds[i] = None
             return
         except OSError as exc:
             failure = exc
         here = show("/".join((*self.names, part)))
         if failure.errno in (errno.ENOTDIR, errno.ELOOP):
-            target = _link_target(self.fds[-1], part, self.path)
+            target = _link_target(self._top, part, self.path)
             if target is not None:
                 self._expand(part, target)
                 return
@@ -380,7 +422,7 @@ class _Walk:
                 raise WorkspaceError(self.path, f"cannot be reached: {here} is not a directory.")
         elif failure.errno == errno.ENOENT and self.create_dirs and self.queue:
             try:
-                os.mkdir(part, 0o777, dir_fd=self.fds[-1])
+                os.mkdir(part, 0o777, dir_fd=self._top)
             except FileExistsError:
                 pass  # made meanwhile: look again, spending from the budget below
             except OSError as exc:
@@ -408,7 +450,9 @@ class _Walk:
             if inside is None:
                 raise self._escape("is outside the workspace.", target)
             while len(self.fds) > 1:
-                os.close(self.fds.pop())
+                closing = self.fds.pop()
+                if closing is not None:
+                    os.close(closing)
             self.names.clear()
             parts = inside
         self.queue.extendleft(reversed(parts))
@@ -633,12 +677,16 @@ def _push(
         problems.append(f"{show(rel)} could not be listed ({exc.strerror}); skipped")
         return
     stack.append(_Frame(name, rel, depth, child, iter(entries)))
-    open_frames = [f for f in stack[1:-1] if f.fd is not None]
-    if len(open_frames) >= _MAX_OPEN_DIRS:
-        oldest = open_frames[0]
-        assert oldest.fd is not None
-        os.close(oldest.fd)
-        oldest.fd = None
+    _evict(stack)
+
+
+def _evict(stack: list[_Frame]) -> None:
+    """Keep at most ``_MAX_OPEN_DIRS`` descriptors open: the deepest ones."""
+    open_frames = [f for f in stack[1:] if f.fd is not None]  # stack[0]'s is the caller's
+    for frame in open_frames[: max(0, len(open_frames) - _MAX_OPEN_DIRS)]:
+        assert frame.fd is not None
+        os.close(frame.fd)
+        frame.fd = None
 
 
 def _frame_fd(stack: list[_Frame]) -> int | None:
@@ -648,10 +696,18 @@ def _frame_fd(stack: list[_Frame]) -> int | None:
     base = max(i for i, f in enumerate(stack) if f.fd is not None)
     fd = stack[base].fd
     assert fd is not None
-    for frame in stack[base + 1 :]:
+    top = len(stack) - 1
+    for i in range(base + 1, top + 1):
+        frame = stack[i]
         try:
             frame.fd = os.open(frame.name, _DIR_FLAGS, dir_fd=fd)
         except OSError:
             return None
+        parent = stack[i - 1]
+        if i - 1 > base and top - (i - 1) >= _MAX_OPEN_DIRS:  # reopened only to pass through
+            assert parent.fd is not None
+            os.close(parent.fd)
+            parent.fd = None
         fd = frame.fd
+    _evict(stack)
     return fd
