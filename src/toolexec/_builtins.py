@@ -15,7 +15,6 @@ subprocess that is killed when the time bound expires.
 from __future__ import annotations
 
 import fnmatch
-import functools
 import itertools
 import json
 import os
@@ -23,7 +22,7 @@ import re
 import subprocess
 import sys
 import time
-from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 import attrs
 import trio
@@ -34,7 +33,7 @@ from ._types import ErrorClass, SideEffects, ToolDefinition, ToolOutput
 from ._workspace import WorkspaceError, open_regular_at, show, walk_tree
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable, Generator, Iterator, Mapping
+    from collections.abc import Generator, Iterator, Mapping
 
     from ._registry import ToolRegistry
     from ._tool import ToolContext
@@ -64,52 +63,6 @@ def _schema(properties: dict[str, Any], *required: str) -> dict[str, Any]:
 
 
 _PATH = {"type": "string", "description": "A path relative to the workspace root."}
-
-
-# Control characters (C0, DEL, C1) and the Unicode line and paragraph
-# separators, as escapes: a file name printed with them could start a new
-# line of output and forge an entry or a message.
-_CONTROLS = {c: f"\\x{c:02x}" for c in (*range(0x20), *range(0x7F, 0xA0))} | {
-    0x09: "\\t",
-    0x0A: "\\n",
-    0x0D: "\\r",
-    0x2028: "\\u2028",
-    0x2029: "\\u2029",
-}
-
-
-def _escape(text: str) -> str:
-    """``text`` with control characters escaped, so it stays on one line."""
-    return text.translate(_CONTROLS)
-
-
-def _name(path: str) -> str:
-    """A file name for output: ``show()``'s quoted form, control characters escaped."""
-    return _escape(show(path))
-
-
-_Tool = TypeVar("_Tool")
-if TYPE_CHECKING:
-    _Execute: TypeAlias = Callable[[_Tool, Mapping[str, Any], ToolContext], Awaitable[ToolOutput]]
-
-
-def _escaping_names(execute: _Execute[_Tool]) -> _Execute[_Tool]:
-    """Escape control characters in the message of a ``WorkspaceError`` it raises.
-
-    The workspace names paths (and link targets) with ``show()``, which
-    leaves control characters as they are; its messages are one line.
-    """
-
-    @functools.wraps(execute)
-    async def escaping(self: _Tool, arguments: Mapping[str, Any], ctx: ToolContext) -> ToolOutput:
-        try:
-            return await execute(self, arguments, ctx)
-        except WorkspaceError as exc:
-            exc.message = _escape(exc.message)
-            exc.args = (exc.message,)
-            raise
-
-    return escaping
 
 
 def _is_binary(data: bytes) -> bool:
@@ -210,24 +163,23 @@ class ReadFileTool:
         """Act as its own factory: it keeps no per-call state."""
         return self
 
-    @_escaping_names
     async def execute(self, arguments: Mapping[str, Any], ctx: ToolContext) -> ToolOutput:
         """Read the file and return the selected lines."""
         path = arguments["path"]
         data = await trio.to_thread.run_sync(self.workspace.read_bytes_sync, path)
         if _is_binary(data):
             raise ToolError(
-                f"{_name(path)} is a binary file ({len(data)} bytes); read_file shows text only."
+                f"{show(path)} is a binary file ({len(data)} bytes); read_file shows text only."
             )
         text = data.decode("utf-8", "replace")
         total = _line_count(text)
         first = int(arguments.get("offset", 1))
         limit = int(arguments.get("limit", self.default_limit))
         if not total:
-            return ToolOutput.text(f"{_name(path)} is empty.", path=path, lines=0)
+            return ToolOutput.text(f"{show(path)} is empty.", path=path, lines=0)
         if first > total:
             raise ToolError(
-                f"offset {first} is past the end of {_name(path)}, which has {total} lines."
+                f"offset {first} is past the end of {show(path)}, which has {total} lines."
             )
         chosen: list[str] = []
         used = 0
@@ -285,7 +237,6 @@ class WriteFileTool:
         """Act as its own factory: it keeps no per-call state."""
         return self
 
-    @_escaping_names
     async def execute(self, arguments: Mapping[str, Any], ctx: ToolContext) -> ToolOutput:
         """Write the content; say whether the file was created or replaced."""
         path, content = arguments["path"], arguments["content"]
@@ -293,7 +244,7 @@ class WriteFileTool:
         created = await trio.to_thread.run_sync(self.workspace.write_bytes_sync, path, data)
         verb = "Created" if created else "Replaced"
         return ToolOutput.text(
-            f"{verb} {_name(path)} ({len(data)} bytes, {_line_count(content)} lines).",
+            f"{verb} {show(path)} ({len(data)} bytes, {_line_count(content)} lines).",
             path=path,
             bytes=len(data),
             created=created,
@@ -353,7 +304,6 @@ class EditFileTool:
         """Act as its own factory: it keeps no per-call state."""
         return self
 
-    @_escaping_names
     async def execute(self, arguments: Mapping[str, Any], ctx: ToolContext) -> ToolOutput:
         """Apply the replacement and report the line it happened at."""
         return await trio.to_thread.run_sync(
@@ -365,24 +315,24 @@ class EditFileTool:
             raise ToolError("old_string and new_string are identical; there is nothing to change.")
         data = self.workspace.read_bytes_sync(path)
         if _is_binary(data):
-            raise ToolError(f"{_name(path)} is a binary file; edit_file edits text only.")
+            raise ToolError(f"{show(path)} is a binary file; edit_file edits text only.")
         try:
             text = data.decode("utf-8")
         except UnicodeDecodeError as exc:
             raise ToolError(
-                f"{_name(path)} is not valid UTF-8 text (byte {exc.start}); "
+                f"{show(path)} is not valid UTF-8 text (byte {exc.start}); "
                 "edit_file edits UTF-8 text only."
             ) from None
         spots = _occurrences(text, old)
         if not spots:
             raise ToolError(
-                f"old_string was not found in {_name(path)}. It must match exactly, including "
+                f"old_string was not found in {show(path)}. It must match exactly, including "
                 "whitespace and indentation; read the file to copy the text."
             )
         if len(spots) > 1:
             lines = ", ".join(str(text.count("\n", 0, s) + 1) for s in spots[:10])
             raise ToolError(
-                f"old_string occurs {len(spots)} times in {_name(path)} (at lines {lines}); it "
+                f"old_string occurs {len(spots)} times in {show(path)} (at lines {lines}); it "
                 "must occur exactly once. Include more surrounding text to make it unique."
             )
         at = spots[0]
@@ -390,7 +340,7 @@ class EditFileTool:
         self.workspace.write_bytes_sync(path, updated.encode("utf-8", "replace"), False)
         line = text.count("\n", 0, at) + 1
         return ToolOutput.text(
-            f"Edited {_name(path)}: replaced 1 occurrence at line {line} "
+            f"Edited {show(path)}: replaced 1 occurrence at line {line} "
             f"({_line_count(old)} lines removed, {_line_count(new)} lines inserted).",
             path=path,
             line=line,
@@ -428,13 +378,13 @@ LIST_DIR = ToolDefinition(
 
 
 def _describe(rel: str, entry: DirEntry) -> str:
-    name = _name(rel)[1:-1]
+    name = show(rel)[1:-1]
     if entry.kind == "dir":
         return f"{name}/"
     if entry.kind == "file":
         return f"{name}  ({entry.size} bytes)"
     if entry.kind == "link":
-        return f"{name} -> {_name(entry.target or '')[1:-1]}"
+        return f"{name} -> {show(entry.target or '')[1:-1]}"
     return f"{name}  [{entry.kind}]"
 
 
@@ -454,7 +404,6 @@ class ListDirTool:
         """Act as its own factory: it keeps no per-call state."""
         return self
 
-    @_escaping_names
     async def execute(self, arguments: Mapping[str, Any], ctx: ToolContext) -> ToolOutput:
         """List the directory."""
         path = arguments.get("path", ".")
@@ -480,13 +429,13 @@ class ListDirTool:
             walk.close()
             os.close(fd)
         if not lines:
-            lines.append(f"{_name(path)} is empty.")
+            lines.append(f"{show(path)} is empty.")
         if not complete:
             lines.append(
                 f"[listing stopped after {limit} entries; list a subdirectory, lower depth "
                 "or raise limit]"
             )
-        lines.extend(f"[{_escape(p)}]" for p in problems)
+        lines.extend(f"[{p}]" for p in problems)
         return ToolOutput.text("\n".join(lines), path=path, entries=len(lines), complete=complete)
 
 
@@ -589,7 +538,6 @@ class SearchFilesTool:
         """Act as its own factory: it keeps no per-call state."""
         return self
 
-    @_escaping_names
     async def execute(self, arguments: Mapping[str, Any], ctx: ToolContext) -> ToolOutput:
         """Run the search; see the class docstring."""
         pattern = arguments["pattern"]
@@ -728,7 +676,7 @@ class SearchFilesTool:
             except StopIteration:
                 return
             except OSError as exc:  # the top directory could not be listed
-                state.problems.append(f"{_name(path)} could not be listed ({exc.strerror})")
+                state.problems.append(f"{show(path)} could not be listed ({exc.strerror})")
                 return
             seen += 1
             if seen % 256 == 0:
@@ -753,14 +701,14 @@ class SearchFilesTool:
             raise ToolError(
                 f"search_files failed: its matcher process exited with status {state.failed}."
             )
-        lines = [f"{_name(h.path)[1:-1]}:{h.line}: {h.text}" for h in state.hits]
+        lines = [f"{show(h.path)[1:-1]}:{h.line}: {h.text}" for h in state.hits]
         summary = (
-            f"{len(state.hits)} matching lines for {pattern!r} in {_name(path)} "
+            f"{len(state.hits)} matching lines for {pattern!r} in {show(path)} "
             f"({state.files} files searched, {state.skipped} skipped)."
         )
         if len(state.hits) >= limit:
             lines.append(f"[stopped at {limit} matches; narrow the pattern, path or glob]")
-        lines.extend(f"[{_escape(p)}]" for p in state.problems)
+        lines.extend(f"[{p}]" for p in state.problems)
         if timed_out:
             raise ToolError(
                 "\n".join(

@@ -64,10 +64,27 @@ _KINDS = {
 }
 
 
+# Control characters (C0, DEL, C1) and the Unicode line and paragraph
+# separators, as escapes: a name printed with them could start a new line of
+# output and forge an entry or a message.
+_CONTROLS = {c: f"\\x{c:02x}" for c in (*range(0x20), *range(0x7F, 0xA0))} | {
+    0x09: "\\t",
+    0x0A: "\\n",
+    0x0D: "\\r",
+    0x2028: "\\u2028",
+    0x2029: "\\u2029",
+}
+
+
 def show(name: str) -> str:
-    """Render a path for the model: quoted, non-UTF-8 bytes as ``\\xNN`` escapes."""
+    """Render a path for the model, on one line.
+
+    Quoted; non-UTF-8 bytes become ``\\xNN`` escapes, and so do control
+    characters (``\\n``, ``\\r``, ``\\t`` for those three), so no name can
+    start a new line of a tool's output.
+    """
     text = os.fsencode(name).decode("utf-8", "backslashreplace") if name else "."
-    return f"'{text}'"
+    return f"'{text.translate(_CONTROLS)}'"
 
 
 class WorkspaceError(ToolError):
