@@ -489,3 +489,32 @@ async def test_deep_trees_need_only_a_bounded_number_of_descriptors(tmp_path: Pa
     assert "leaf.txt" in listing.text
     assert "top.txt" in listing.text
     assert "2 matching lines" in search.text, search.text
+
+
+async def test_an_edit_reads_and_writes_the_same_file(world: dict[str, Path]) -> None:
+    root = world["root"]
+    for name in ("d1", "d2"):
+        (root / name).mkdir()
+        (root / name / "e.txt").write_bytes(name.encode())
+    (root / "d").symlink_to("d1")
+
+    def swap_then_edit(data: bytes) -> bytes:
+        (root / "d").unlink()  # meanwhile, the link is pointed elsewhere
+        (root / "d").symlink_to("d2")
+        return data + b" edited"
+
+    await Workspace(root).edit_bytes("d/e.txt", swap_then_edit)
+    assert (root / "d1" / "e.txt").read_bytes() == b"d1 edited"
+    assert (root / "d2" / "e.txt").read_bytes() == b"d2"
+
+
+async def test_an_edit_does_not_overwrite_a_change_made_meanwhile(world: dict[str, Path]) -> None:
+    target = world["root"] / "a.txt"
+
+    def edit_racing_another_writer(data: bytes) -> bytes:
+        target.write_bytes(b"the other writer's text, longer\n")
+        return data.upper()
+
+    with pytest.raises(WorkspaceError, match="changed while it was being edited"):
+        await Workspace(world["root"]).edit_bytes("a.txt", edit_racing_another_writer)
+    assert target.read_bytes() == b"the other writer's text, longer\n"

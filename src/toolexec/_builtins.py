@@ -313,32 +313,36 @@ class EditFileTool:
     def _edit(self, path: str, old: str, new: str) -> ToolOutput:
         if old == new:
             raise ToolError("old_string and new_string are identical; there is nothing to change.")
-        data = self.workspace.read_bytes_sync(path)
-        if _is_binary(data):
-            raise ToolError(f"{show(path)} is a binary file; edit_file edits text only.")
-        try:
-            text = data.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise ToolError(
-                f"{show(path)} is not valid UTF-8 text (byte {exc.start}); "
-                "edit_file edits UTF-8 text only."
-            ) from None
-        spots = _occurrences(text, old)
-        if not spots:
-            raise ToolError(
-                f"old_string was not found in {show(path)}. It must match exactly, including "
-                "whitespace and indentation; read the file to copy the text."
-            )
-        if len(spots) > 1:
-            lines = ", ".join(str(text.count("\n", 0, s) + 1) for s in spots[:10])
-            raise ToolError(
-                f"old_string occurs {len(spots)} times in {show(path)} (at lines {lines}); it "
-                "must occur exactly once. Include more surrounding text to make it unique."
-            )
-        at = spots[0]
-        updated = text[:at] + new + text[at + len(old) :]
-        self.workspace.write_bytes_sync(path, updated.encode("utf-8", "replace"), False)
-        line = text.count("\n", 0, at) + 1
+        at_line: list[int] = []
+
+        def replace(data: bytes) -> bytes:
+            if _is_binary(data):
+                raise ToolError(f"{show(path)} is a binary file; edit_file edits text only.")
+            try:
+                text = data.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise ToolError(
+                    f"{show(path)} is not valid UTF-8 text (byte {exc.start}); "
+                    "edit_file edits UTF-8 text only."
+                ) from None
+            spots = _occurrences(text, old)
+            if not spots:
+                raise ToolError(
+                    f"old_string was not found in {show(path)}. It must match exactly, "
+                    "including whitespace and indentation; read the file to copy the text."
+                )
+            if len(spots) > 1:
+                lines = ", ".join(str(text.count("\n", 0, s) + 1) for s in spots[:10])
+                raise ToolError(
+                    f"old_string occurs {len(spots)} times in {show(path)} (at lines {lines}); "
+                    "it must occur exactly once. Include more surrounding text to make it unique."
+                )
+            at = spots[0]
+            at_line.append(text.count("\n", 0, at) + 1)
+            return (text[:at] + new + text[at + len(old) :]).encode("utf-8", "replace")
+
+        self.workspace.edit_bytes_sync(path, replace)
+        line = at_line[0]
         return ToolOutput.text(
             f"Edited {show(path)}: replaced 1 occurrence at line {line} "
             f"({_line_count(old)} lines removed, {_line_count(new)} lines inserted).",

@@ -41,7 +41,7 @@ from ._errors import ToolError
 from ._types import ErrorClass
 
 if TYPE_CHECKING:
-    from collections.abc import Generator, Iterator
+    from collections.abc import Callable, Generator, Iterator
 
 __all__ = ["DirEntry", "Workspace", "WorkspaceError"]
 
@@ -218,6 +218,10 @@ class Workspace:
         """Replace (or create) a file atomically; return whether it was created."""
         return await trio.to_thread.run_sync(self.write_bytes_sync, path, data, create_parents)
 
+    async def edit_bytes(self, path: str, edit: Callable[[bytes], bytes]) -> None:
+        """Replace a file's content with ``edit(content)``; see ``edit_bytes_sync``."""
+        await trio.to_thread.run_sync(self.edit_bytes_sync, path, edit)
+
     async def list_dir(self, path: str = ".") -> list[DirEntry]:
         """List a directory's entries, sorted by name, without following links."""
         return await trio.to_thread.run_sync(self.list_dir_sync, path)
@@ -234,13 +238,39 @@ class Workspace:
         """Blocking ``read_bytes``: run it in a worker thread."""
         cap = self.max_read_bytes if max_bytes is None else min(max_bytes, self.max_read_bytes)
         with self._open_regular(path) as (fd, _size):
-            data = bytearray()
-            while len(data) <= cap:
-                chunk = os.read(fd, _CHUNK)
-                if not chunk:
-                    return bytes(data)
-                data += chunk
-        raise WorkspaceError(path, f"is larger than the {cap}-byte read limit.")
+            return _read_capped(fd, cap, path)
+
+    def edit_bytes_sync(self, path: str, edit: Callable[[bytes], bytes]) -> None:
+        """Replace a file's content with ``edit(content)``, resolving the path once.
+
+        The read and the replacing write go through the same directory
+        descriptor, so a link changed in between cannot make one file's
+        edited content land on another. If the file itself changed meanwhile
+        (another writer), nothing is written and the error says so.
+        Exceptions from ``edit`` propagate. Blocking: run it in a worker thread.
+        """
+        where = self._locate(path)
+        try:
+            if where.name is None:
+                raise WorkspaceError(path, "is a directory; give a file path.")
+            fd, _size = open_regular_at(where.dir_fd, where.name, path)
+            try:
+                before = os.fstat(fd)
+                data = _read_capped(fd, self.max_read_bytes, path)
+            finally:
+                os.close(fd)
+            updated = edit(data)
+            try:
+                now = os.stat(where.name, dir_fd=where.dir_fd, follow_symlinks=False)
+            except OSError as exc:
+                raise _os_error(path, exc) from None
+            if _version(now) != _version(before):
+                raise WorkspaceError(
+                    path, "changed while it was being edited; read it again and retry."
+                )
+            _replace_file(where.dir_fd, where.name, updated, path)
+        finally:
+            os.close(where.dir_fd)
 
     def write_bytes_sync(self, path: str, data: bytes, create_parents: bool = True) -> bool:
         """Blocking ``write_bytes``: run it in a worker thread."""
@@ -538,6 +568,21 @@ def open_regular_at(dir_fd: int, name: str, path: str) -> tuple[int, int]:
         os.close(fd)
         raise
     return fd, st.st_size
+
+
+def _read_capped(fd: int, cap: int, path: str) -> bytes:
+    data = bytearray()
+    while len(data) <= cap:
+        chunk = os.read(fd, _CHUNK)
+        if not chunk:
+            return bytes(data)
+        data += chunk
+    raise WorkspaceError(path, f"is larger than the {cap}-byte read limit.")
+
+
+def _version(st: os.stat_result) -> tuple[int, int, int, int]:
+    """What changes when a file is replaced or written: inode, size, times."""
+    return (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 
 @attrs.define
