@@ -308,6 +308,12 @@ async def test_search_files_rejects_patterns_re_cannot_build(
     assert len(result.text) < 400
 
 
+async def test_a_pattern_longer_than_ten_thousand_characters_is_refused(root: Path) -> None:
+    result = await call(_executor(root), "search_files", pattern="a" * 10_001)
+    assert result.error_class is ErrorClass.INVALID_ARGUMENTS, result.text
+    assert "pattern" in result.text
+
+
 async def test_the_matcher_reports_a_pattern_it_cannot_build(
     root: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

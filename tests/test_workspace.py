@@ -518,3 +518,11 @@ async def test_an_edit_does_not_overwrite_a_change_made_meanwhile(world: dict[st
     with pytest.raises(WorkspaceError, match="changed while it was being edited"):
         await Workspace(world["root"]).edit_bytes("a.txt", edit_racing_another_writer)
     assert target.read_bytes() == b"the other writer's text, longer\n"
+
+
+def test_names_are_shown_on_one_line_and_in_their_own_order() -> None:
+    from toolexec._workspace import show
+
+    assert show("a\nb\rc\td\x1b[31m") == "'a\\nb\\rc\\td\\x1b[31m'"
+    assert show("evil\u202etxt.exe\u2028x") == "'evil\\u202etxt.exe\\u2028x'"
+    assert show("caf\udce9") == "'caf\\xe9'"  # an undecodable byte

@@ -455,7 +455,12 @@ SEARCH_FILES = ToolDefinition(
     ),
     input_schema=_schema(
         {
-            "pattern": {"type": "string", "minLength": 1, "description": "The regex to find."},
+            "pattern": {
+                "type": "string",
+                "minLength": 1,
+                "maxLength": 10_000,
+                "description": "The regex to find.",
+            },
             "path": {**_PATH, "description": "File or directory to search (default '.')."},
             "glob": {
                 "type": "string",
@@ -546,7 +551,8 @@ class SearchFilesTool:
         """Run the search; see the class docstring."""
         pattern = arguments["pattern"]
         flags = re.IGNORECASE if arguments.get("ignore_case") else 0
-        _check_pattern(pattern, flags)
+        # Off the event loop: building a large pattern can take a while.
+        await trio.to_thread.run_sync(_check_pattern, pattern, flags, abandon_on_cancel=True)
         path = arguments.get("path", ".")
         limit = int(arguments.get("max_results", 100))
         start = await trio.to_thread.run_sync(self._start, path)

@@ -64,16 +64,24 @@ _KINDS = {
 }
 
 
-# Control characters (C0, DEL, C1) and the Unicode line and paragraph
-# separators, as escapes: a name printed with them could start a new line of
-# output and forge an entry or a message.
-_CONTROLS = {c: f"\\x{c:02x}" for c in (*range(0x20), *range(0x7F, 0xA0))} | {
-    0x09: "\\t",
-    0x0A: "\\n",
-    0x0D: "\\r",
-    0x2028: "\\u2028",
-    0x2029: "\\u2029",
-}
+# Control characters (C0, DEL, C1), the Unicode line and paragraph separators
+# and the bidirectional controls, as escapes: a name printed with them could
+# start a new line of output (forging an entry or a message) or show its text
+# in another order than it has.
+_CONTROLS = (
+    {c: f"\\x{c:02x}" for c in (*range(0x20), *range(0x7F, 0xA0))}
+    | {
+        0x09: "\\t",
+        0x0A: "\\n",
+        0x0D: "\\r",
+        0x2028: "\\u2028",
+        0x2029: "\\u2029",
+    }
+    | {
+        c: f"\\u{c:04x}"
+        for c in (0x061C, 0x200E, 0x200F, *range(0x202A, 0x202F), *range(0x2066, 0x206A))
+    }
+)
 
 
 def show(name: str) -> str:
