@@ -33,6 +33,7 @@ from toolexec import (
     JsonlAuditSink,
     PathGlob,
     PathGrant,
+    Prefix,
     Rewrite,
     Rule,
     RulePolicy,
@@ -527,3 +528,92 @@ async def test_a_grant_is_judged_where_the_path_really_leads(tmp_path: Path) -> 
     assert "may not read '.'" in texts["list, path left out"]
     assert sorted(p.name for p in (root / "private").iterdir()) == ["inner", "keys.txt"]
     assert (root / "private" / "keys.txt").read_text() == "TOKEN=abc\n"
+
+
+# -- nothing the model or a host component sends can get a call past the gate ----------
+
+
+async def test_arguments_json_cannot_build_are_invalid_and_the_rest_run(
+    registry: ToolRegistry, seen: list
+) -> None:
+    outcome = await ToolExecutor(registry).execute_batch(
+        [
+            ToolCall("huge", "write_file", '{"path": "a", "n": ' + "9" * 5000 + "}"),
+            ToolCall("deep", "write_file", '{"path": ' + "[" * 100_000 + "]" * 100_000 + "}"),
+            ToolCall("bytes", "write_file", {"path": b"notes/a.md"}),
+            write("fine"),
+        ]
+    )
+    assert [r.error_class for r in outcome.results] == [
+        ErrorClass.INVALID_ARGUMENTS,
+        ErrorClass.INVALID_ARGUMENTS,
+        ErrorClass.INVALID_ARGUMENTS,
+        None,
+    ]
+    assert "nested too deeply" in outcome.results[1].text
+    assert [s["path"] for s in seen] == ["notes/a.md"]
+
+
+async def test_a_policy_ask_is_not_answered_by_a_remembered_yes(
+    registry: ToolRegistry, seen: list
+) -> None:
+    approver = Scripted(lambda request: "danger" not in request.arguments)
+    executor = ToolExecutor(
+        registry,
+        policy=RulePolicy([Rule("ask", "write_file", {"text": Prefix("danger")}, "risky")]),
+        approver=approver,
+        approval=ApprovalConfig(per_tool={"write_file": ApprovalMode.PROMPT_ONCE}),
+    )
+    outcome = await executor.execute_batch([write("once"), write("risky", text="danger!")])
+    assert [r.error_class for r in outcome.results] == [None, ErrorClass.USER_DENIED]
+    assert [r.reason for r in approver.requests] == ["", "risky"]
+    assert [s["text"] for s in seen] == ["x"]
+
+
+async def test_an_answer_after_the_approval_timeout_does_not_count(
+    registry: ToolRegistry, seen: list, mock_clock: trio.testing.MockClock
+) -> None:
+    class Blocking:
+        async def request(self, request: ApprovalRequest) -> ApprovalAnswer:
+            mock_clock.jump(10)  # it held everything up, then said yes without a checkpoint
+            return ApprovalAnswer(True, "late")
+
+    executor = ToolExecutor(registry, approver=Blocking(), approval=ApprovalConfig(timeout=1))
+    outcome = await executor.execute_batch([write("w")])
+    assert outcome.results[0].error_class is ErrorClass.CONFIRMATION_TIMEOUT
+    assert seen == []
+
+
+@pytest.mark.parametrize("answer", [True, None, "yes", 1], ids=repr)
+async def test_an_approver_answer_that_is_not_an_approval_answer_denies(
+    registry: ToolRegistry, seen: list, answer: object
+) -> None:
+    class Odd:
+        async def request(self, request: ApprovalRequest) -> Any:
+            return answer
+
+    outcome = await ToolExecutor(registry, approver=Odd()).execute_batch([write("w")])
+    assert outcome.results[0].error_class is ErrorClass.PERMISSION_DENIED
+    assert "no valid answer" in outcome.results[0].text
+    assert seen == []
+
+
+def test_an_approval_answer_is_a_real_bool() -> None:
+    with pytest.raises(TypeError):
+        ApprovalAnswer("no")  # type: ignore[arg-type]
+
+
+async def test_a_policy_that_raises_denies(registry: ToolRegistry, seen: list) -> None:
+    class Broken:
+        def decide(self, definition: Any, arguments: Any, agent_path: str) -> Any:
+            raise RuntimeError("policy bug")
+
+    class Confused:
+        def decide(self, definition: Any, arguments: Any, agent_path: str) -> Any:
+            return True
+
+    for policy, why in ((Broken(), "could not decide"), (Confused(), "not a decision")):
+        outcome = await ToolExecutor(registry, policy=policy).execute_batch([write("w")])
+        assert outcome.results[0].error_class is ErrorClass.PERMISSION_DENIED
+        assert why in outcome.results[0].text
+    assert seen == []

@@ -160,7 +160,7 @@ class ApprovalRequest:
 class ApprovalAnswer:
     """A human's answer: yes or no, who said it, and optionally why."""
 
-    approved: bool
+    approved: bool = attrs.field(validator=attrs.validators.instance_of(bool))
     by: str = ""
     reason: str = ""
 

@@ -30,7 +30,14 @@ from typing import TYPE_CHECKING, Any
 import attrs
 import trio
 
-from ._approval import ApprovalConfig, ApprovalMode, ApprovalRequest, Approver, canonical_json
+from ._approval import (
+    ApprovalAnswer,
+    ApprovalConfig,
+    ApprovalMode,
+    ApprovalRequest,
+    Approver,
+    canonical_json,
+)
 from ._batch import Batch, BatchOutcome, Steering
 from ._errors import ToolError
 from ._events import (
@@ -43,7 +50,7 @@ from ._hooks import CallHook, Rewrite, Skip
 from ._lifecycle import CallSlot, State, error_result
 from ._limits import ConcurrencyConfig, ExecutorStatistics, Pools
 from ._plan import BatchPlan, ExecutionStrategy, Parallel, RunPlan
-from ._policy import HOST_GRANT, AllowAll, Ask, Deny, ExecutionGrant, ToolPolicy
+from ._policy import HOST_GRANT, Allow, AllowAll, Ask, Deny, ExecutionGrant, ToolPolicy
 from ._tool import ToolContext, _drop
 from ._types import (
     ContentBlock,
@@ -219,7 +226,19 @@ class ToolExecutor:
         arguments = self._parse(slot)
         if arguments is None:
             return
-        if not entry.schema.is_valid(arguments):
+        try:
+            valid = entry.schema.is_valid(arguments)
+        except (TypeError, ValueError) as exc:  # a value JSON has no type for (bytes, ...)
+            slot.finish(
+                error_result(
+                    slot,
+                    ErrorClass.INVALID_ARGUMENTS,
+                    f"Invalid arguments for tool '{call.name}': {exc}; arguments must be JSON "
+                    "values.",
+                )
+            )
+            return
+        if not valid:
             violations = entry.schema.violations(arguments) or ["arguments do not match"]
             slot.finish(
                 error_result(
@@ -234,7 +253,13 @@ class ToolExecutor:
         definition = entry.definition
         if self.hooks and not self._before_hooks(slot):
             return
-        decision = self.policy.decide(definition, slot.arguments, self.agent_path)
+        try:
+            decision = self.policy.decide(definition, slot.arguments, self.agent_path)
+        except Exception as exc:  # fail closed, like a hook that raises
+            _log.exception("policy %r raised; denying the call", self.policy)
+            decision = Deny(f"the policy could not decide ({type(exc).__name__})")
+        if not isinstance(decision, (Allow, Ask, Deny)):
+            decision = Deny(f"the policy returned {type(decision).__name__}, not a decision")
         if isinstance(decision, Deny):
             slot.finish(
                 error_result(
@@ -249,7 +274,9 @@ class ToolExecutor:
             mode = self.approval.mode_for(definition, self.workspace)
         if isinstance(decision, Ask):
             slot.reason = decision.reason
-            if mode is ApprovalMode.AUTO:
+            # The policy asks about this call: a human answers it, whatever was
+            # remembered for the tool (prompt_once covers the tool, not this ask).
+            if mode in (ApprovalMode.AUTO, ApprovalMode.PROMPT_ONCE):
                 mode = ApprovalMode.PROMPT
         if mode is ApprovalMode.DENY:
             slot.finish(
@@ -314,7 +341,17 @@ class ToolExecutor:
             return dict(raw)
         try:
             value = json.loads(raw) if raw.strip() else {}
-        except (json.JSONDecodeError, AttributeError, TypeError) as exc:
+        except RecursionError:
+            slot.finish(
+                error_result(
+                    slot,
+                    ErrorClass.INVALID_ARGUMENTS,
+                    f"Invalid arguments for tool '{slot.call.name}': the JSON is nested too "
+                    "deeply. Send a flatter JSON object.",
+                )
+            )
+            return None
+        except (ValueError, AttributeError, TypeError) as exc:  # ValueError: a 5000-digit number
             slot.finish(
                 error_result(
                     slot,
@@ -417,19 +454,29 @@ class ToolExecutor:
                 f"Permission denied for tool '{call.name}': it needs approval and no "
                 "approver is configured.",
             )
+        try:
+            shown = canonical_json(slot.arguments)
+        except (TypeError, ValueError) as exc:  # not JSON values: nothing a human could read
+            return error_result(
+                slot,
+                ErrorClass.PERMISSION_DENIED,
+                f"Permission denied for tool '{call.name}': its arguments cannot be shown for "
+                f"approval ({exc}).",
+            )
         request = ApprovalRequest(
             call.id,
             call.name,
             self.agent_path,
             slot.entry.definition.side_effects,
-            canonical_json(slot.arguments),
+            shown,
             slot.reason,
         )
         timeout = self.approval.timeout if self.approval is not None else 300.0
         batch.emit_call_event(ApprovalRequested, call, summary=request.summary)
-        answer = None
+        deadline = trio.current_time() + timeout
+        answer: object = None
         try:
-            with trio.move_on_after(timeout):
+            with trio.CancelScope(deadline=deadline):
                 answer = await self.approver.request(request)
         except Exception as exc:
             _log.exception("approver %r raised; denying the call", self.approver)
@@ -439,10 +486,19 @@ class ToolExecutor:
                 f"Permission denied for tool '{call.name}': the approval could not be "
                 f"obtained ({type(exc).__name__}).",
             )
+        if trio.current_time() >= deadline:
+            answer = None  # too late (an approver that blocked): the timeout has answered
+        elif not isinstance(answer, ApprovalAnswer):
+            _log.error("approver %r returned %r, not an ApprovalAnswer", self.approver, answer)
+            return error_result(
+                slot,
+                ErrorClass.PERMISSION_DENIED,
+                f"Permission denied for tool '{call.name}': the approver gave no valid answer.",
+            )
         batch.emit_call_event(
             ApprovalResolved,
             call,
-            approved=bool(answer and answer.approved),
+            approved=answer is not None and answer.approved is True,
             by=answer.by if answer is not None else "timeout",
         )
         if answer is None:
@@ -453,8 +509,8 @@ class ToolExecutor:
                 f"{timeout:g}s; the call did not run.",
             )
         if mode is ApprovalMode.PROMPT_ONCE:
-            self._memory[call.name] = answer.approved
-        if not answer.approved:
+            self._memory[call.name] = answer.approved is True
+        if answer.approved is not True:
             why = f": {answer.reason}" if answer.reason else "."
             return error_result(
                 slot, ErrorClass.USER_DENIED, f"The user denied this call of '{call.name}'{why}"
