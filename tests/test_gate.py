@@ -155,6 +155,12 @@ def test_rule_policy_first_match_wins_and_file_errors_name_the_field(tmp_path: P
         RulePolicy.from_file(bad)
     with pytest.raises(ValueError, match="rule action must be one of"):
         RulePolicy.from_dict({"rules": [{"action": "maybe"}]})
+    with pytest.raises(ValueError, match=r"unknown keys \['Rules', 'defualt'\]"):
+        RulePolicy.from_dict({"defualt": "deny", "Rules": [{"action": "deny"}]})
+    with pytest.raises(ValueError, match=r"rules\[0\]\.args: an object"):
+        RulePolicy.from_dict({"rules": [{"action": "deny", "args": ["path"]}]})
+    with pytest.raises(ValueError, match=r"rules\[0\]: tool pattern 'write_\[f\]ile'"):
+        RulePolicy.from_dict({"rules": [{"action": "deny", "tool": "write_[f]ile"}]})
 
 
 async def test_denied_by_user(registry: ToolRegistry, seen: list):

@@ -173,19 +173,27 @@ def _action(_inst: object, _attr: object, value: str) -> None:
         raise ValueError(f"rule action must be one of {_ACTIONS}, got {value!r}")
 
 
+def _tool_pattern(_inst: object, _attr: object, value: str) -> None:
+    if not isinstance(value, str) or "[" in value or "]" in value:
+        raise ValueError(
+            f"tool pattern {value!r}: a tool name, with '*' for any characters and '?' for "
+            "one ('[...]' classes are not supported)"
+        )
+
+
 @attrs.frozen
 class Rule:
     """``action`` for calls of tools matching ``tool`` whose arguments match ``args``."""
 
     action: Action = attrs.field(validator=_action)
-    tool: str = "*"
+    tool: str = attrs.field(default="*", validator=_tool_pattern)
     args: Mapping[str, Matcher] = attrs.field(factory=dict)
     reason: str = ""
     _exact: bool = attrs.field(init=False, repr=False, eq=False)
     _tool_regex: re.Pattern[str] = attrs.field(init=False, repr=False, eq=False)
 
     def __attrs_post_init__(self) -> None:
-        object.__setattr__(self, "_exact", not any(c in self.tool for c in "*?["))
+        object.__setattr__(self, "_exact", not any(c in self.tool for c in "*?"))
         object.__setattr__(self, "_tool_regex", _glob_regex(self.tool.replace("*", "**")))
 
     def could_match(self, tool: str) -> bool:
@@ -283,17 +291,28 @@ class RulePolicy:
         Raises:
             ValueError: naming the rule and field that is wrong.
         """
+        if not isinstance(data, Mapping):
+            raise ValueError(f"a policy is an object with 'default' and 'rules', got {data!r}")
+        unknown = set(data) - {"default", "rules"}
+        if unknown:  # a misspelt 'default' must not silently leave the default 'allow'
+            raise ValueError(f"unknown keys {sorted(unknown)}; a policy has 'default' and 'rules'")
+        raw_rules = data.get("rules", [])
+        if not isinstance(raw_rules, Sequence) or isinstance(raw_rules, str):
+            raise ValueError(f"rules: a list of rules, got {raw_rules!r}")
         rules = []
-        for i, raw in enumerate(data.get("rules", [])):
+        for i, raw in enumerate(raw_rules):
             where = f"rules[{i}]"
             if not isinstance(raw, Mapping) or "action" not in raw:
                 raise ValueError(f"{where}: a rule is an object with at least an 'action'")
             unknown = set(raw) - {"action", "tool", "args", "reason"}
             if unknown:
                 raise ValueError(f"{where}: unknown keys {sorted(unknown)}")
-            args = {
-                k: _matcher_from(v, f"{where}.args.{k}") for k, v in raw.get("args", {}).items()
-            }
+            raw_args = raw.get("args", {})
+            if not isinstance(raw_args, Mapping):
+                raise ValueError(
+                    f"{where}.args: an object mapping argument names to matchers, got {raw_args!r}"
+                )
+            args = {k: _matcher_from(v, f"{where}.args.{k}") for k, v in raw_args.items()}
             try:
                 rules.append(Rule(raw["action"], raw.get("tool", "*"), args, raw.get("reason", "")))
             except ValueError as exc:
