@@ -623,3 +623,35 @@ async def test_a_policy_that_raises_denies(registry: ToolRegistry, seen: list) -
         assert outcome.results[0].error_class is ErrorClass.PERMISSION_DENIED
         assert why in outcome.results[0].text
     assert seen == []
+
+
+async def test_rules_see_a_path_where_it_really_leads(tmp_path: Path) -> None:
+    root = tmp_path / "ws"
+    (root / ".git").mkdir(parents=True)
+    (root / ".git" / "config").write_text("[core]\n")
+    (root / "notes").mkdir()
+    (root / "notes" / "secret.txt").write_text("diary\n")
+    (root / "public").symlink_to("notes")
+    workspace = Workspace(root)
+    registry = ToolRegistry()
+    register_builtin_tools(registry, workspace)
+    rules = [
+        Rule("deny", "read_file", {"path": PathGlob("notes/**")}, "notes are private"),
+        Rule("deny", "write_file", {"path": PathGlob(".git/**")}, "never write inside .git"),
+    ]
+    executor = ToolExecutor(registry, policy=RulePolicy(rules, workspace=workspace))
+    outcome = await executor.execute_batch(
+        [
+            ToolCall("abs", "read_file", {"path": str(root / "notes" / "secret.txt")}),
+            ToolCall("link", "read_file", {"path": "public/secret.txt"}),
+            ToolCall("git", "write_file", {"path": f"{root}/.git/config", "content": "x"}),
+            ToolCall("ok", "write_file", {"path": "public/new.txt", "content": "x"}),
+        ]
+    )
+    assert [r.error_class for r in outcome.results] == [
+        ErrorClass.PERMISSION_DENIED,
+        ErrorClass.PERMISSION_DENIED,
+        ErrorClass.PERMISSION_DENIED,
+        None,
+    ]
+    assert (root / ".git" / "config").read_text() == "[core]\n"

@@ -154,7 +154,7 @@ def _load_response(path: str, fmt: str | None) -> tuple[str, tuple[ToolCall, ...
         raise UsageError(f"{path}: {exc}; fix the file{hint}") from None
 
 
-def _load_policy(path: str | None) -> tuple[ToolPolicy | None, ApprovalConfig]:
+def _load_policy(path: str | None) -> tuple[RulePolicy | None, ApprovalConfig]:
     if path is None:
         return None, ApprovalConfig()
     try:
@@ -260,7 +260,10 @@ def _load_job(args: argparse.Namespace) -> _Job:
     if args.trace and not Path(args.trace).resolve().parent.is_dir():
         raise UsageError(f"cannot write the trace to {args.trace}: its directory does not exist")
     policy, approval = _load_policy(args.policy)
-    return _Job(fmt, calls, Workspace(args.workspace), policy or AllowAll(), approval)
+    workspace = Workspace(args.workspace)
+    if policy is not None:  # rules see paths as the workspace resolves them
+        policy = attrs.evolve(policy, workspace=workspace)
+    return _Job(fmt, calls, workspace, policy or AllowAll(), approval)
 
 
 async def _exec(

@@ -260,10 +260,17 @@ class RulePolicy:
             Rule("allow", "shell", {"command": CommandPrefix("git status")}),
             Rule("ask", "shell"),
         ])
+
+    Given the ``workspace``, the rules see each of a tool's path arguments
+    (``ToolDefinition.path_arguments``) as the workspace-relative path it
+    leads to, links and ``..`` followed and an absolute path under the root
+    made relative, so ``PathGlob(".git/**")`` also catches ``/srv/ws/.git/x``
+    and a link into ``.git``. Without it, rules see the path as written.
     """
 
     rules: Sequence[Rule] = attrs.field(converter=_rule_tuple)
     default: Action = attrs.field(default="allow", validator=_action)
+    workspace: Workspace | None = attrs.field(default=None, kw_only=True)
     _by_tool: dict[str, tuple[Rule, ...]] = attrs.field(
         factory=dict, init=False, repr=False, eq=False
     )
@@ -277,6 +284,14 @@ class RulePolicy:
         if candidates is None:  # first call of this tool: keep only rules naming it
             candidates = tuple(r for r in self.rules if r.could_match(name))
             self._by_tool[name] = candidates
+        if candidates and self.workspace is not None and definition.path_arguments:
+            arguments = dict(arguments)
+            for arg in definition.path_arguments:
+                value = arguments.get(arg)
+                if isinstance(value, str):
+                    where = _where(self.workspace, value)
+                    if isinstance(where, str):  # else the workspace refuses it anyway
+                        arguments[arg] = where
         for rule in candidates:
             if rule.matches(name, arguments):
                 return rule.decision()
@@ -404,7 +419,7 @@ class CapabilityPolicy:
             value = arguments.get(arg, ".")  # left out: the tool's default, the whole workspace
             if not isinstance(value, str):
                 return Deny(f"path argument '{arg}' is not a string")
-            path = self._where(value)
+            path = _where(self.workspace, value)
             if isinstance(path, Deny):
                 return path
             need = "r" if mode == "r" else "w"
@@ -418,33 +433,37 @@ class CapabilityPolicy:
                 )
         return ALLOW
 
-    def _where(self, value: str) -> str | Deny:
-        """The workspace-relative path ``value`` leads to, or why it is refused."""
-        parts = [p for p in value.split("/") if p not in ("", ".")]
-        if self.workspace is None:
-            if value.startswith("/") or ".." in parts:
-                return Deny(
-                    f"path '{value}' is absolute or uses '..', which this policy cannot check "
-                    "without the workspace; name it from the workspace root"
-                )
-            return "/".join(parts) or "."
-        # Resolve the longest prefix that exists; what follows it does not exist
-        # yet, so it holds no links, but a '..' there could not be judged.
-        prefix = list(parts)
-        rest: list[str] = []
-        while True:
-            try:
-                where = self.workspace.resolve_sync(
-                    ("/" if value.startswith("/") else "") + "/".join(prefix)
-                )
-                break
-            except WorkspaceError as exc:
-                if exc.error_class is ErrorClass.PERMISSION_DENIED or not prefix:
-                    return Deny(f"path '{value}' {exc.reason.rstrip('.')}")
-                rest.insert(0, prefix.pop())
-        if ".." in rest:
-            return Deny(f"path '{value}' uses '..' after a part that does not exist")
-        return "/".join(p for p in (where, *rest) if p != ".") or "."
+
+def _where(workspace: Workspace | None, value: str) -> str | Deny:
+    """The workspace-relative path ``value`` leads to, or why it is refused.
+
+    With the workspace, links and ``..`` are followed as its tools follow
+    them: the longest existing prefix is resolved and the rest, which does
+    not exist yet and so holds no links, is appended as written (a ``..``
+    there cannot be judged and is refused). Without it, the path is taken
+    as written and absolute paths and ``..`` are refused.
+    """
+    parts = [p for p in value.split("/") if p not in ("", ".")]
+    if workspace is None:
+        if value.startswith("/") or ".." in parts:
+            return Deny(
+                f"path '{value}' is absolute or uses '..', which this policy cannot check "
+                "without the workspace; name it from the workspace root"
+            )
+        return "/".join(parts) or "."
+    lead = "/" if value.startswith("/") else ""
+    prefix, rest = list(parts), list[str]()
+    while True:
+        try:
+            where = workspace.resolve_sync(lead + "/".join(prefix))
+            break
+        except WorkspaceError as exc:
+            if exc.error_class is ErrorClass.PERMISSION_DENIED or not prefix:
+                return Deny(f"path '{value}' {exc.reason.rstrip('.')}")
+            rest.insert(0, prefix.pop())
+    if ".." in rest:
+        return Deny(f"path '{value}' uses '..' after a part that does not exist")
+    return "/".join(p for p in (where, *rest) if p != ".") or "."
 
 
 def _tighter(a: float | None, b: float | None) -> float | None:
