@@ -24,11 +24,13 @@ from toolexec import (
     Deny,
     ErrorClass,
     Event,
+    ExecutionGrant,
     ModelResponse,
     Sequential,
     SideEffects,
     StopReason,
     SubAgentTool,
+    ToolCall,
     ToolContext,
     ToolDefinition,
     ToolExecutor,
@@ -528,3 +530,51 @@ def test_agent_trees_doc_examples_run() -> None:
     namespace: dict[str, Any] = {"__name__": "agent_trees_doc"}
     for block in blocks:
         exec(compile(block, "docs/agent-trees.md", "exec"), namespace)
+
+
+async def test_a_child_runs_under_its_ancestors_limits(autojump_clock: object) -> None:
+    @function_tool(side_effects=SideEffects.READ)
+    async def long_text() -> str:
+        """Long text."""
+        return "T" * 5000
+
+    @function_tool(side_effects=SideEffects.READ)
+    async def slow() -> str:
+        """Slow."""
+        await trio.sleep(2)
+        return "slow finished"
+
+    class TightAtTheRoot:
+        """The root's calls are capped; a child's own entry would give it no limits."""
+
+        def decide(self, definition: Any, arguments: Any, agent_path: str) -> Any:
+            if agent_path != "root":
+                return Allow()
+            if definition.is_recursive:
+                return Allow(ExecutionGrant(max_output_chars=2000))
+            return Allow(ExecutionGrant(timeout=0.5, max_output_chars=30))
+
+    def report(messages: Any) -> str:
+        return " | ".join(
+            f"{r.call_id}:{len(r.text)}:{r.error_class}" for r in messages[-1].tool_results
+        )
+
+    child_model = ScriptedModel(
+        [[tool_call("long_text", id="c1"), tool_call("slow", id="c2")], report]
+    )
+    helper = SubAgentTool(
+        name="helper",
+        description="d",
+        system_prompt="s",
+        model=child_model,
+        tools=["long_text", "slow"],
+    )
+    registry = ToolRegistry()
+    for tool in (long_text, slow, helper):
+        registry.register(tool)
+    executor = ToolExecutor(registry, policy=TightAtTheRoot())
+    outcome = await executor.execute_batch([ToolCall("h", "helper", {"task": "go"})])
+    child_line = outcome.results[0].text
+    assert re.search(r"c2:\d+:ErrorClass\.TIMEOUT", child_line), child_line
+    long_length = int(re.search(r"c1:(\d+):None", child_line).group(1))  # type: ignore[union-attr]
+    assert long_length < 200, child_line  # cut to 30 characters plus the truncation note

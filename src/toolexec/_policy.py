@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeAlias, runtime_checkable
 import attrs
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Iterable, Mapping
 
     from ._types import ToolDefinition
 
@@ -41,6 +41,27 @@ class ExecutionGrant:
 
 
 HOST_GRANT = ExecutionGrant()
+
+
+def _tighter(a: float | None, b: float | None) -> float | None:
+    if a is None:
+        return b
+    return a if b is None else min(a, b)
+
+
+def tightest(grants: Iterable[ExecutionGrant]) -> ExecutionGrant:
+    """One grant no looser than any of ``grants``: the smallest timeout and
+    output cap, the first backend that is not the host, every limit (the
+    earlier grant's value winning)."""
+    grant = ExecutionGrant()
+    for g in grants:
+        grant = ExecutionGrant(
+            grant.backend if grant.backend != "host" else g.backend,
+            _tighter(grant.timeout, g.timeout),
+            _tighter(grant.max_output_chars, g.max_output_chars),  # type: ignore[arg-type]
+            {**g.limits, **grant.limits},
+        )
+    return grant
 
 
 @attrs.frozen

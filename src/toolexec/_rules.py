@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import attrs
 
-from ._policy import ALLOW, Allow, Ask, Decision, Deny, ExecutionGrant, ToolPolicy
+from ._policy import ALLOW, Allow, Ask, Decision, Deny, ToolPolicy, tightest
 from ._types import ErrorClass
 from ._workspace import WorkspaceError
 
@@ -466,12 +466,6 @@ def _where(workspace: Workspace | None, value: str) -> str | Deny:
     return "/".join(p for p in (where, *rest) if p != ".") or "."
 
 
-def _tighter(a: float | None, b: float | None) -> float | None:
-    if a is None:
-        return b
-    return a if b is None else min(a, b)
-
-
 @attrs.frozen
 class ComposedPolicy:
     """Several policies at once: any deny wins, then any ask, else allow.
@@ -490,16 +484,7 @@ class ComposedPolicy:
         for d in decisions:
             if isinstance(d, Deny):
                 return d
-        grant = ExecutionGrant()
-        for d in decisions:
-            assert not isinstance(d, Deny)
-            g = d.grant
-            grant = ExecutionGrant(
-                grant.backend if grant.backend != "host" else g.backend,
-                _tighter(grant.timeout, g.timeout),
-                _tighter(grant.max_output_chars, g.max_output_chars),  # type: ignore[arg-type]
-                {**g.limits, **grant.limits},
-            )
+        grant = tightest(d.grant for d in decisions if not isinstance(d, Deny))
         asks = [d for d in decisions if isinstance(d, Ask)]
         if asks:
             return Ask("; ".join(a.reason for a in asks if a.reason), grant)

@@ -30,7 +30,7 @@ import attrs
 
 from ._agent import AgentLoop, StopReason
 from ._errors import ToolError
-from ._policy import Ask, Deny
+from ._policy import Allow, Ask, Deny, tightest
 from ._types import ErrorClass, SideEffects, ToolDefinition, ToolOutput
 
 if TYPE_CHECKING:
@@ -225,18 +225,29 @@ class _NarrowedPolicy:
     def decide(
         self, definition: ToolDefinition, arguments: Mapping[str, Any], agent_path: str
     ) -> Decision:
-        """Deny what an ancestor is denied; ask if one asks; else the agent's own answer."""
+        """Deny what an ancestor is denied; ask if one asks; the tightest of their grants.
+
+        A child's call runs under limits no looser than any ancestor's grant
+        for the same call (timeout, output cap), whatever its own says.
+        """
         asked: Ask | None = None
+        grants = []
         for path in self.ancestors:
             above = self.base.decide(definition, arguments, path)
             if isinstance(above, Deny):
                 return Deny(f"{above.reason} (denied to the ancestor agent '{path}')")
             if isinstance(above, Ask) and asked is None:
                 asked = above
+            grants.append(above.grant)
         here = self.base.decide(definition, arguments, agent_path)
-        if asked is not None and not isinstance(here, (Deny, Ask)):
-            return Ask(asked.reason, here.grant)
-        return here
+        if isinstance(here, Deny):
+            return here
+        grant = tightest([here.grant, *grants])
+        if isinstance(here, Ask):
+            return Ask(here.reason, grant)
+        if asked is not None:
+            return Ask(asked.reason, grant)
+        return Allow(grant)
 
 
 _TASK_SCHEMA: Mapping[str, Any] = {
