@@ -16,6 +16,7 @@ import trio.testing
 
 from conftest import KVTool, Recorder
 from toolexec import (
+    Allow,
     ApprovalAnswer,
     ApprovalConfig,
     ApprovalMode,
@@ -29,7 +30,9 @@ from toolexec import (
     ComposedPolicy,
     ErrorClass,
     Event,
+    ExecutionGrant,
     FirstAnswer,
+    JsonContent,
     JsonlAuditSink,
     PathGlob,
     PathGrant,
@@ -42,10 +45,12 @@ from toolexec import (
     ToolCall,
     ToolContext,
     ToolDefinition,
+    ToolError,
     ToolExecutor,
     ToolOutput,
     ToolRegistry,
     Workspace,
+    function_tool,
     register_builtin_tools,
 )
 from toolexec._approval import display_text
@@ -655,3 +660,47 @@ async def test_rules_see_a_path_where_it_really_leads(tmp_path: Path) -> None:
         None,
     ]
     assert (root / ".git" / "config").read_text() == "[core]\n"
+
+
+async def test_a_grant_output_cap_covers_every_kind_of_output() -> None:
+    @function_tool(side_effects=SideEffects.READ)
+    async def text() -> str:
+        """Long text."""
+        return "t" * 1000
+
+    @function_tool(side_effects=SideEffects.READ)
+    async def data() -> list[int]:
+        """A long JSON value."""
+        return list(range(1000))
+
+    @function_tool(side_effects=SideEffects.READ)
+    async def small() -> dict[str, int]:
+        """A short JSON value."""
+        return {"a": 1}
+
+    @function_tool(side_effects=SideEffects.READ)
+    async def refuse() -> str:
+        """A long error."""
+        raise ToolError("e" * 1000)
+
+    @function_tool(side_effects=SideEffects.READ)
+    async def crash() -> str:
+        """A long crash."""
+        raise RuntimeError("c" * 1000)
+
+    class Capped:
+        def decide(self, definition: Any, arguments: Any, agent_path: str) -> Allow:
+            return Allow(ExecutionGrant(max_output_chars=50))
+
+    registry = ToolRegistry()
+    for tool in (text, data, small, refuse, crash):
+        registry.register(tool)
+    outcome = await ToolExecutor(registry, policy=Capped()).execute_batch(
+        [ToolCall(name, name, {}) for name in ("text", "data", "small", "refuse", "crash")]
+    )
+    for result in outcome.results[:2] + outcome.results[3:]:
+        shown = "".join(getattr(b, "text", "") for b in result.content)
+        assert len(shown) < 120, (result.call_id, shown)
+        assert "[output truncated:" in shown, (result.call_id, shown)
+    assert outcome.results[2].content == (JsonContent({"a": 1}),)
+    assert outcome.results[3].error_class is ErrorClass.EXECUTION_ERROR

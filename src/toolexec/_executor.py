@@ -55,6 +55,7 @@ from ._tool import ToolContext, _drop
 from ._types import (
     ContentBlock,
     ErrorClass,
+    JsonContent,
     RoutingClass,
     SideEffects,
     TextContent,
@@ -568,7 +569,11 @@ class ToolExecutor:
                 ErrorClass.TIMEOUT,
                 f"Tool '{call.name}' timed out after {timeout:g}s and was cancelled.",
             )
+        grant: ExecutionGrant = slot.grant or HOST_GRANT
         if failure is not None:
+            if grant.max_output_chars is not None:  # an error's text is output the model reads
+                content = _cap_output(failure.content, grant.max_output_chars)
+                return attrs.evolve(failure, content=content, duration=duration)
             return attrs.evolve(failure, duration=duration)
         if not isinstance(output, ToolOutput):
             return error_result(
@@ -579,7 +584,6 @@ class ToolExecutor:
                 duration=duration,
             )
         content = output.content
-        grant: ExecutionGrant = slot.grant or HOST_GRANT
         if grant.max_output_chars is not None:
             content = _cap_output(content, grant.max_output_chars)
         return ToolResult(
@@ -614,19 +618,23 @@ async def _acquire(limiter: trio.CapacityLimiter, slot: CallSlot) -> None:
 
 
 def _cap_output(content: tuple[ContentBlock, ...], limit: int) -> tuple[ContentBlock, ...]:
+    """At most ``limit`` characters of text for the model: text blocks and JSON
+    values as the model reads them (a JSON value too long becomes its cut text)."""
     out: list[ContentBlock] = []
     left = limit
     for block in content:
-        if isinstance(block, TextContent) and len(block.text) > left:
-            cut = len(block.text) - left
+        if isinstance(block, JsonContent):
+            text = json.dumps(block.value, ensure_ascii=False, default=str)
+            block = block if len(text) <= left else TextContent(text)
+        else:
+            text = block.text if isinstance(block, TextContent) else ""
+        if len(text) > left:
+            cut = len(text) - left
             out.append(
-                TextContent(
-                    block.text[:left] + f"\n[output truncated: {cut} more characters not shown]"
-                )
+                TextContent(text[:left] + f"\n[output truncated: {cut} more characters not shown]")
             )
             left = 0
         else:
             out.append(block)
-            if isinstance(block, TextContent):
-                left -= len(block.text)
+            left -= len(text)
     return tuple(out)

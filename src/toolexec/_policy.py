@@ -29,8 +29,9 @@ class ExecutionGrant:
     """What an allowed call may use.
 
     The executor enforces ``timeout`` (the call's deadline is the smaller of
-    this and the tool's) and ``max_output_chars`` (longer text output is cut,
-    and the result says so). ``backend`` and ``limits`` are passed to the
+    this and the tool's) and ``max_output_chars`` (what the model would read
+    beyond it, text, JSON or an error message, is cut, and the result says
+    so). ``backend`` and ``limits`` are passed to the
     tool in ``ToolContext.grant`` for backends that enforce the rest.
     """
 
