@@ -552,10 +552,12 @@ async def test_arguments_json_cannot_build_are_invalid_and_the_rest_run(
             ToolCall("huge", "write_file", '{"path": "a", "n": ' + "9" * 5000 + "}"),
             ToolCall("deep", "write_file", '{"path": ' + "[" * 100_000 + "]" * 100_000 + "}"),
             ToolCall("bytes", "write_file", {"path": b"notes/a.md"}),
+            ToolCall("extra", "write_file", {"path": "notes/a.md", "extra": b"x"}),
             write("fine"),
         ]
     )
     assert [r.error_class for r in outcome.results] == [
+        ErrorClass.INVALID_ARGUMENTS,
         ErrorClass.INVALID_ARGUMENTS,
         ErrorClass.INVALID_ARGUMENTS,
         ErrorClass.INVALID_ARGUMENTS,

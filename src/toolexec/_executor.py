@@ -227,20 +227,8 @@ class ToolExecutor:
         arguments = self._parse(slot)
         if arguments is None:
             return
-        try:
-            valid = entry.schema.is_valid(arguments)
-        except (TypeError, ValueError) as exc:  # a value JSON has no type for (bytes, ...)
-            slot.finish(
-                error_result(
-                    slot,
-                    ErrorClass.INVALID_ARGUMENTS,
-                    f"Invalid arguments for tool '{call.name}': {exc}; arguments must be JSON "
-                    "values.",
-                )
-            )
-            return
-        if not valid:
-            violations = entry.schema.violations(arguments) or ["arguments do not match"]
+        violations = _violations(entry, arguments)
+        if violations:
             slot.finish(
                 error_result(
                     slot,
@@ -319,8 +307,8 @@ class ToolExecutor:
                 return False
             if isinstance(decision, Rewrite):
                 arguments = dict(decision.arguments)
-                if not entry.schema.is_valid(arguments):
-                    violations = entry.schema.violations(arguments)
+                violations = _violations(entry, arguments)
+                if violations:
                     slot.finish(
                         error_result(
                             slot,
@@ -606,6 +594,16 @@ _JSON_KINDS = {
     bool: "a boolean",
     type(None): "null",
 }
+
+
+def _violations(entry: Any, arguments: Mapping[str, Any]) -> list[str]:
+    """What is wrong with ``arguments`` for the tool's schema (nothing: ``[]``)."""
+    try:
+        if entry.schema.is_valid(arguments):
+            return []
+        return entry.schema.violations(arguments) or ["$: the arguments do not match"]
+    except (TypeError, ValueError) as exc:  # a value JSON has no type for (bytes, ...)
+        return [f"$: {exc}; arguments must be JSON values"]
 
 
 async def _acquire(limiter: trio.CapacityLimiter, slot: CallSlot) -> None:
