@@ -552,12 +552,10 @@ async def test_arguments_json_cannot_build_are_invalid_and_the_rest_run(
             ToolCall("huge", "write_file", '{"path": "a", "n": ' + "9" * 5000 + "}"),
             ToolCall("deep", "write_file", '{"path": ' + "[" * 100_000 + "]" * 100_000 + "}"),
             ToolCall("bytes", "write_file", {"path": b"notes/a.md"}),
-            ToolCall("extra", "write_file", {"path": "notes/a.md", "extra": b"x"}),
             write("fine"),
         ]
     )
     assert [r.error_class for r in outcome.results] == [
-        ErrorClass.INVALID_ARGUMENTS,
         ErrorClass.INVALID_ARGUMENTS,
         ErrorClass.INVALID_ARGUMENTS,
         ErrorClass.INVALID_ARGUMENTS,
@@ -706,3 +704,17 @@ async def test_a_grant_output_cap_covers_every_kind_of_output() -> None:
         assert "[output truncated:" in shown, (result.call_id, shown)
     assert outcome.results[2].content == (JsonContent({"a": 1}),)
     assert outcome.results[3].error_class is ErrorClass.EXECUTION_ERROR
+
+
+async def test_a_value_json_cannot_hold_is_an_invalid_argument_even_when_listed() -> None:
+    @function_tool
+    async def strict(path: str) -> str:
+        """Takes only a path."""
+        return path
+
+    registry = ToolRegistry()
+    registry.register(strict)
+    outcome = await ToolExecutor(registry).execute_batch(
+        [ToolCall("x", "strict", {"path": "a", "extra": b"x"})]
+    )
+    assert outcome.results[0].error_class is ErrorClass.INVALID_ARGUMENTS
