@@ -718,3 +718,26 @@ async def test_a_value_json_cannot_hold_is_an_invalid_argument_even_when_listed(
         [ToolCall("x", "strict", {"path": "a", "extra": b"x"})]
     )
     assert outcome.results[0].error_class is ErrorClass.INVALID_ARGUMENTS
+
+
+async def test_the_file_tools_name_their_workspace_so_a_policy_without_one_follows_links(
+    tmp_path: Path,
+) -> None:
+    root = tmp_path / "ws"
+    (root / "src").mkdir(parents=True)
+    (root / "private").mkdir()
+    (root / "private" / "keys.txt").write_text("TOKEN=abc\n")
+    (root / "src" / "vendor").symlink_to("../private")
+    (root / "src" / "ok.txt").write_text("fine\n")
+    registry = ToolRegistry()
+    register_builtin_tools(registry, Workspace(root))
+    caps = CapabilityPolicy({"root": Capabilities(paths=[PathGrant("src", "rw")])})
+    rules = RulePolicy([Rule("deny", "read_file", {"path": PathGlob("private/**")})])
+    for policy in (caps, rules):  # neither was given the workspace
+        outcome = await ToolExecutor(registry, policy=policy).execute_batch(
+            [
+                ToolCall("link", "read_file", {"path": "src/vendor/keys.txt"}),
+                ToolCall("ok", "read_file", {"path": "src/ok.txt"}),
+            ]
+        )
+        assert [r.error_class for r in outcome.results] == [ErrorClass.PERMISSION_DENIED, None]

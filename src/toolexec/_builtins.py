@@ -65,6 +65,13 @@ def _schema(properties: dict[str, Any], *required: str) -> dict[str, Any]:
 _PATH = {"type": "string", "description": "A path relative to the workspace root."}
 
 
+def _bound(definition: ToolDefinition) -> Any:
+    """The definition, naming the tool's workspace (for policies that resolve paths)."""
+    return attrs.Factory(
+        lambda tool: attrs.evolve(definition, workspace=tool.workspace), takes_self=True
+    )
+
+
 def _is_binary(data: bytes) -> bool:
     return b"\x00" in data[:_BINARY_SNIFF]
 
@@ -157,7 +164,7 @@ class ReadFileTool:
     workspace: Workspace
     max_output_chars: int = 100_000
     default_limit: int = 2000
-    definition: ToolDefinition = attrs.field(default=READ_FILE, init=False)
+    definition: ToolDefinition = attrs.field(init=False, default=_bound(READ_FILE))
 
     def __call__(self) -> ReadFileTool:
         """Act as its own factory: it keeps no per-call state."""
@@ -231,7 +238,7 @@ class WriteFileTool:
     """``write_file``: create or atomically replace a file (UTF-8)."""
 
     workspace: Workspace
-    definition: ToolDefinition = attrs.field(default=WRITE_FILE, init=False)
+    definition: ToolDefinition = attrs.field(init=False, default=_bound(WRITE_FILE))
 
     def __call__(self) -> WriteFileTool:
         """Act as its own factory: it keeps no per-call state."""
@@ -298,7 +305,7 @@ class EditFileTool:
     """
 
     workspace: Workspace
-    definition: ToolDefinition = attrs.field(default=EDIT_FILE, init=False)
+    definition: ToolDefinition = attrs.field(init=False, default=_bound(EDIT_FILE))
 
     def __call__(self) -> EditFileTool:
         """Act as its own factory: it keeps no per-call state."""
@@ -402,7 +409,7 @@ class ListDirTool:
 
     workspace: Workspace
     default_limit: int = 500
-    definition: ToolDefinition = attrs.field(default=LIST_DIR, init=False)
+    definition: ToolDefinition = attrs.field(init=False, default=_bound(LIST_DIR))
 
     def __call__(self) -> ListDirTool:
         """Act as its own factory: it keeps no per-call state."""
@@ -541,7 +548,7 @@ class SearchFilesTool:
     time_limit: float = 10.0
     max_file_bytes: int = 2 * 1024 * 1024
     line_width: int = 300
-    definition: ToolDefinition = attrs.field(default=SEARCH_FILES, init=False)
+    definition: ToolDefinition = attrs.field(init=False, default=_bound(SEARCH_FILES))
 
     def __call__(self) -> SearchFilesTool:
         """Act as its own factory: it keeps no per-call state."""

@@ -284,12 +284,13 @@ class RulePolicy:
         if candidates is None:  # first call of this tool: keep only rules naming it
             candidates = tuple(r for r in self.rules if r.could_match(name))
             self._by_tool[name] = candidates
-        if candidates and self.workspace is not None and definition.path_arguments:
+        workspace = self.workspace or definition.workspace
+        if candidates and workspace is not None and definition.path_arguments:
             arguments = dict(arguments)
             for arg in definition.path_arguments:
                 value = arguments.get(arg)
                 if isinstance(value, str):
-                    where = _where(self.workspace, value)
+                    where = _where(workspace, value)
                     if isinstance(where, str):  # else the workspace refuses it anyway
                         arguments[arg] = where
         for rule in candidates:
@@ -419,7 +420,7 @@ class CapabilityPolicy:
             value = arguments.get(arg, ".")  # left out: the tool's default, the whole workspace
             if not isinstance(value, str):
                 return Deny(f"path argument '{arg}' is not a string")
-            path = _where(self.workspace, value)
+            path = _where(self.workspace or definition.workspace, value)
             if isinstance(path, Deny):
                 return path
             need = "r" if mode == "r" else "w"

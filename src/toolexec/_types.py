@@ -13,6 +13,8 @@ import attrs
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
 
+    from ._workspace import Workspace
+
 __all__ = [
     "ContentBlock",
     "ErrorClass",
@@ -177,6 +179,10 @@ class ToolDefinition:
             declared effect is used.
         path_arguments: argument names holding workspace paths, with the
             access mode (``"r"`` or ``"w"``) capability policies check.
+        workspace: the ``Workspace`` those paths are resolved in, if the
+            tool has one (the built-in file tools set it), so that policies
+            judge a path where it really leads even when they were given no
+            workspace themselves.
     """
 
     name: str
@@ -191,6 +197,7 @@ class ToolDefinition:
         default=None, eq=False
     )
     path_arguments: Mapping[str, str] = attrs.field(factory=dict)
+    workspace: Workspace | None = attrs.field(default=None, eq=False, repr=False)
 
     @property
     def effective_timeout(self) -> float:
