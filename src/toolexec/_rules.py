@@ -261,7 +261,8 @@ class RulePolicy:
             Rule("ask", "shell"),
         ])
 
-    Given the ``workspace``, the rules see each of a tool's path arguments
+    Given the ``workspace`` (or for a tool that names its own in
+    ``ToolDefinition.workspace``), the rules see each of a tool's path arguments
     (``ToolDefinition.path_arguments``) as the workspace-relative path it
     leads to, links and ``..`` followed and an absolute path under the root
     made relative, so ``PathGlob(".git/**")`` also catches ``/srv/ws/.git/x``
@@ -384,8 +385,9 @@ class CapabilityPolicy:
     means nothing is granted.
 
     A path argument is judged where it really leads. Given the
-    ``workspace``, the policy follows links and ``..`` the way the
-    workspace's tools do (a link inside a granted directory that leads
+    ``workspace`` (or for a tool that names its own in
+    ``ToolDefinition.workspace``), the policy follows links and ``..`` the
+    way the workspace's tools do (a link inside a granted directory that leads
     elsewhere is judged by its target); without it the check is textual,
     ``..`` is refused, and a link cannot be seen, so pass the workspace
     whenever one exists. A path argument left out counts as the whole
