@@ -229,14 +229,7 @@ class ToolExecutor:
             return
         violations = _violations(entry, arguments)
         if violations:
-            slot.finish(
-                error_result(
-                    slot,
-                    ErrorClass.INVALID_ARGUMENTS,
-                    f"Invalid arguments for tool '{call.name}':\n- " + "\n- ".join(violations),
-                    details={"violations": violations},
-                )
-            )
+            slot.finish(_invalid(slot, violations, ""))
             return
         slot.arguments = arguments
         definition = entry.definition
@@ -309,15 +302,7 @@ class ToolExecutor:
                 arguments = dict(decision.arguments)
                 violations = _violations(entry, arguments)
                 if violations:
-                    slot.finish(
-                        error_result(
-                            slot,
-                            ErrorClass.INVALID_ARGUMENTS,
-                            f"Invalid arguments for tool '{call.name}' after the host rewrote "
-                            "them:\n- " + "\n- ".join(violations),
-                            details={"violations": violations},
-                        )
-                    )
+                    slot.finish(_invalid(slot, violations, " after the host rewrote them"))
                     return False
                 slot.arguments = arguments
         return True
@@ -604,6 +589,15 @@ def _violations(entry: Any, arguments: Mapping[str, Any]) -> list[str]:
         return entry.schema.violations(arguments) or ["$: the arguments do not match"]
     except (TypeError, ValueError) as exc:  # a value JSON has no type for (bytes, ...)
         return [f"$: {exc}; arguments must be JSON values"]
+
+
+def _invalid(slot: CallSlot, violations: list[str], when: str) -> ToolResult:
+    return error_result(
+        slot,
+        ErrorClass.INVALID_ARGUMENTS,
+        f"Invalid arguments for tool '{slot.call.name}'{when}:\n- " + "\n- ".join(violations),
+        details={"violations": violations},
+    )
 
 
 async def _acquire(limiter: trio.CapacityLimiter, slot: CallSlot) -> None:
