@@ -70,7 +70,7 @@ def tree_run(depth: int) -> tuple[float, int]:
         )
     )
     tree = AgentTree(TreeLimits(max_depth=depth, max_children=FAN_OUT, max_agents=10_000))
-    executor = ToolExecutor(registry, tree=tree)
+    executor = ToolExecutor(registry, services=[tree])
 
     async def main() -> float:
         start = time.perf_counter()

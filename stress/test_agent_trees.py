@@ -248,7 +248,7 @@ async def run_case(case: Case) -> tuple[Any, Watch]:
         config=case.config,
         strategy=case.strategy,
         sinks=[CallbackSink(watch.on_event)],
-        tree=AgentTree(TreeLimits(MAX_DEPTH, MAX_FAN_OUT, max_agents=1000)),
+        services=[AgentTree(TreeLimits(MAX_DEPTH, MAX_FAN_OUT, max_agents=1000))],
     )
     with trio.fail_after(10.0**7):  # a deadlock ends here, as TooSlowError
         result = await AgentLoop(TreeModel(case.nodes), executor).run("n0")

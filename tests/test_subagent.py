@@ -76,6 +76,12 @@ def make_executor(
     return ToolExecutor(registry, sinks=sinks, **kw)
 
 
+def tree_of(executor: ToolExecutor) -> AgentTree:
+    tree = executor.service(AgentTree)
+    assert tree is not None, "no sub-agent has started under this executor"
+    return tree
+
+
 def researcher_tool(model: Model | Any, **kw: Any) -> SubAgentTool:
     return SubAgentTool(
         name="researcher",
@@ -130,8 +136,7 @@ async def test_sibling_paths_are_unique_and_each_child_gets_its_own_model() -> N
     assert paths == ["root/researcher#1", "root/researcher#2", "root/researcher#3"]
     assert len(made) == 3
     assert all(m.remaining == 0 for m in made)
-    assert executor.tree is not None
-    stats = executor.tree.statistics()
+    stats = tree_of(executor).statistics()
     assert (stats.live_agents, stats.started, stats.refused) == (1, 3, 0)
     assert stats.peak_agents >= 2
 
@@ -203,13 +208,12 @@ def answer_with_call(text: str) -> ModelResponse:
 
 
 async def test_a_failing_child_model_gives_an_error_result_and_frees_its_place() -> None:
-    executor = make_executor(researcher_tool(lambda: ScriptedModel([])), tree=AgentTree())
+    executor = make_executor(researcher_tool(lambda: ScriptedModel([])), services=[AgentTree()])
     result = await AgentLoop(ScriptedModel([delegate("x"), "ok"]), executor).run("go")
     sub = result.transcript[2].tool_results[0]
     assert sub.error_class is ErrorClass.EXECUTION_ERROR
     assert "ScriptExhaustedError: ScriptedModel ran out of steps" in sub.text
-    assert executor.tree is not None
-    assert executor.tree.statistics().live_agents == 1
+    assert tree_of(executor).statistics().live_agents == 1
 
 
 # -- limits -----------------------------------------------------------------------
@@ -220,13 +224,12 @@ async def test_depth_limit_gives_an_error_result_at_once(autojump_clock: object)
     def model() -> ScriptedModel:
         return ScriptedModel([delegate("deeper"), lambda m: "got: " + m[-1].tool_results[0].text])
 
-    executor = make_executor(researcher_tool(model), tree=AgentTree(TreeLimits(max_depth=2)))
+    executor = make_executor(researcher_tool(model), services=[AgentTree(TreeLimits(max_depth=2))])
     with trio.fail_after(1):
         result = await AgentLoop(model(), executor).run("go")
     assert result.text.startswith("got: got: got: Sub-agent 'researcher' was not started:")
     assert "'root/researcher#1/researcher#1' is at the maximum depth" in result.text
-    assert executor.tree is not None
-    assert executor.tree.statistics().refused == 1
+    assert tree_of(executor).statistics().refused == 1
 
 
 async def test_live_children_limit_refuses_the_extra_child_without_waiting() -> None:
@@ -241,7 +244,7 @@ async def test_live_children_limit_refuses_the_extra_child_without_waiting() -> 
 
     events: list[Event] = []
     executor = make_executor(
-        researcher_tool(model), events=events, tree=AgentTree(TreeLimits(max_children=2))
+        researcher_tool(model), events=events, services=[AgentTree(TreeLimits(max_children=2))]
     )
     root = ScriptedModel([[delegate("a"), delegate("b"), delegate("c")], "done"])
     box: list[Any] = []
@@ -271,15 +274,14 @@ async def test_tree_size_limit_counts_every_live_agent() -> None:
 
     executor = make_executor(
         researcher_tool(lambda: ScriptedModel([wait_then_answer])),
-        tree=AgentTree(TreeLimits(max_agents=3)),
+        services=[AgentTree(TreeLimits(max_agents=3))],
     )
     root = ScriptedModel([[delegate("a"), delegate("b"), delegate("c")], "done"])
     async with trio.open_nursery() as nursery:
         box: list[Any] = []
         nursery.start_soon(lambda: _store(box, AgentLoop(root, executor).run("go")))
         await trio.testing.wait_all_tasks_blocked()
-        assert executor.tree is not None
-        assert executor.tree.statistics().live_agents == 3
+        assert tree_of(executor).statistics().live_agents == 3
         release.set()
     results = box[0].transcript[2].tool_results
     errors = [r for r in results if r.is_error]
@@ -331,8 +333,7 @@ async def test_steering_skips_sub_agents_not_yet_started() -> None:
     assert second.error_class is ErrorClass.SKIPPED
     assert len(made) == 1
     assert result.text == "never mind"
-    assert executor.tree is not None
-    assert executor.tree.statistics().started == 1
+    assert tree_of(executor).statistics().started == 1
 
 
 # -- permissions ---------------------------------------------------------------------
@@ -353,15 +354,14 @@ async def test_child_tools_are_a_subset_of_the_parent() -> None:
 async def test_a_child_cannot_name_a_tool_its_parent_lacks() -> None:
     child = ScriptedModel(["unreachable"])
     sub = researcher_tool(child, tools=["lookup", "deploy"])
-    executor = make_executor(sub, tree=AgentTree())
+    executor = make_executor(sub, services=[AgentTree()])
     result = await AgentLoop(ScriptedModel([delegate("x"), "done"]), executor).run("go")
     sub_result = result.transcript[2].tool_results[0]
     assert sub_result.error_class is ErrorClass.PERMISSION_DENIED
     assert "has no tool named 'deploy'" in sub_result.text
     assert child.remaining == 1
-    assert executor.tree is not None
-    assert executor.tree.statistics().live_agents == 1
-    assert executor.tree.statistics().started == 0
+    assert tree_of(executor).statistics().live_agents == 1
+    assert tree_of(executor).statistics().started == 0
 
 
 class DenyShellAtRoot:
@@ -422,7 +422,7 @@ async def test_cancelling_the_parent_call_stops_the_child_tree_and_leaves_no_tas
 
     registry.register(researcher_tool(lambda: ScriptedModel([step])))
     executor = ToolExecutor(
-        registry, sinks=[CallbackSink(events.append)], tree=AgentTree(TreeLimits(max_depth=2))
+        registry, sinks=[CallbackSink(events.append)], services=[AgentTree(TreeLimits(max_depth=2))]
     )
     root = ScriptedModel([step, lambda m: m[-1].tool_results[0].text])
     before = live_tasks()
@@ -431,13 +431,12 @@ async def test_cancelling_the_parent_call_stops_the_child_tree_and_leaves_no_tas
         nursery.start_soon(lambda: _store(box, AgentLoop(root, executor).run("0")))
         await trio.testing.wait_all_tasks_blocked()
         assert running[0] == 8  # four leaves, two waits each
-        assert executor.tree is not None
-        assert executor.tree.statistics().live_agents == 7
+        assert tree_of(executor).statistics().live_agents == 7
         executor.cancel_all()
 
     assert running[0] == 0
     assert live_tasks() == before
-    assert executor.tree.statistics().live_agents == 1
+    assert tree_of(executor).statistics().live_agents == 1
     assert box[0].stop_reason is StopReason.CANCELLED
     assert {r.error_class for r in box[0].transcript[-1].tool_results} == {ErrorClass.CANCELLED}
     # Every call in the tree got exactly one result, the unfinished ones cancelled.
@@ -494,8 +493,7 @@ async def test_forking_lets_children_run_while_the_parent_holds_the_only_permit(
     with trio.fail_after(60):
         result = await AgentLoop(nested_model(3)(), executor).run("0")
     assert result.finished
-    assert executor.tree is not None
-    assert executor.tree.statistics().started == 2 + 4 + 8
+    assert tree_of(executor).statistics().started == 2 + 4 + 8
 
 
 class UnforkedSubAgent:
@@ -507,8 +505,9 @@ class UnforkedSubAgent:
         return self
 
     async def execute(self, arguments: Mapping[str, Any], ctx: ToolContext) -> ToolOutput:
-        assert ctx.executor is not None
-        result = await AgentLoop(nested_model(2)(), ctx.executor).run(arguments["task"])
+        executor = ctx.service(ToolExecutor)
+        assert executor is not None
+        result = await AgentLoop(nested_model(2)(), executor).run(arguments["task"])
         return ToolOutput.text(result.text)
 
 

@@ -17,10 +17,16 @@ The executor drives it; an illegal transition raises ``InternalError``.
 from __future__ import annotations
 
 import enum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ._errors import InternalError
 from ._types import ErrorClass, RoutingClass, TextContent, ToolCall, ToolResult
+
+if TYPE_CHECKING:
+    from ._approval import ApprovalMode
+    from ._backend import Backend
+    from ._policy import ExecutionGrant
+    from ._registry import RegisteredTool
 
 __all__ = ["CallSlot", "State", "error_result"]
 
@@ -51,6 +57,7 @@ class CallSlot:
 
     __slots__ = (
         "arguments",
+        "backend",
         "call",
         "entry",
         "grant",
@@ -67,11 +74,12 @@ class CallSlot:
         self.call = call
         self.state = State.PLANNED
         self.result: ToolResult | None = None
-        self.entry: Any = None
+        self.entry: RegisteredTool | None = None
         self.arguments: dict[str, Any] = {}
-        self.grant: Any = None
+        self.grant: ExecutionGrant | None = None
+        self.backend: Backend | None = None  # None: the host, in this task
         self.routing = RoutingClass.SHORT_CIRCUIT
-        self.needs_approval: Any = None  # the ApprovalMode when a human must answer
+        self.needs_approval: ApprovalMode | None = None  # when a human must answer
         self.reason = ""
 
     def advance(self, new: State) -> None:

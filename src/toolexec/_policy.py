@@ -31,11 +31,12 @@ class ExecutionGrant:
     The executor enforces ``timeout`` (the call's deadline is the smaller of
     this and the tool's) and ``max_output_chars`` (what the model would read
     beyond it, text, JSON or an error message, is cut, and the result says
-    so). ``backend`` and ``limits`` are passed to the
-    tool in ``ToolContext.grant`` for backends that enforce the rest.
+    so). ``sandbox`` names the backend that runs the call (``"host"``, in
+    this process, unless the executor was given others); ``limits`` are
+    passed to that backend and to the tool in ``ToolContext.grant``.
     """
 
-    backend: str = "host"
+    sandbox: str = "host"
     timeout: float | None = attrs.field(default=None, validator=_optional_positive)
     max_output_chars: int | None = attrs.field(default=None, validator=_optional_positive)
     limits: Mapping[str, Any] = attrs.field(factory=dict)
@@ -52,12 +53,12 @@ def _tighter(a: float | None, b: float | None) -> float | None:
 
 def tightest(grants: Iterable[ExecutionGrant]) -> ExecutionGrant:
     """One grant no looser than any of ``grants``: the smallest timeout and
-    output cap, the first backend that is not the host, every limit (the
+    output cap, the first sandbox that is not the host, every limit (the
     earlier grant's value winning)."""
     grant = ExecutionGrant()
     for g in grants:
         grant = ExecutionGrant(
-            grant.backend if grant.backend != "host" else g.backend,
+            grant.sandbox if grant.sandbox != "host" else g.sandbox,
             _tighter(grant.timeout, g.timeout),
             _tighter(grant.max_output_chars, g.max_output_chars),  # type: ignore[arg-type]
             {**g.limits, **grant.limits},

@@ -15,11 +15,13 @@ if TYPE_CHECKING:
 
     from ._tool import ToolFactory
 
-__all__ = ["ToolRegistry"]
+__all__ = ["RegisteredTool", "ToolRegistry"]
 
 
 @attrs.frozen
-class _Entry:
+class RegisteredTool:
+    """A registered tool: its definition, factory and compiled schema."""
+
     definition: ToolDefinition
     factory: ToolFactory
     schema: CompiledSchema
@@ -45,7 +47,7 @@ class ToolRegistry:
         registry.register(my_function_tool)
     """
 
-    _entries: dict[str, _Entry] = attrs.field(factory=dict, init=False)
+    _entries: dict[str, RegisteredTool] = attrs.field(factory=dict, init=False)
 
     def register(self, factory: ToolFactory) -> ToolDefinition:
         """Add a tool; return its definition.
@@ -76,7 +78,7 @@ class ToolRegistry:
                 "unregister it first or choose another name"
             )
         schema = compile_schema(definition.input_schema, tool=definition.name)
-        self._entries[definition.name] = _Entry(definition, factory, schema)
+        self._entries[definition.name] = RegisteredTool(definition, factory, schema)
         return definition
 
     def unregister(self, name: str) -> None:
@@ -104,7 +106,8 @@ class ToolRegistry:
             child._entries[name] = self._entries[name]
         return child
 
-    def _get(self, name: str) -> _Entry | None:
+    def lookup(self, name: str) -> RegisteredTool | None:
+        """The registered tool called ``name``, or ``None`` (the executor's lookup)."""
         return self._entries.get(name)
 
     def __contains__(self, name: object) -> bool:

@@ -34,7 +34,7 @@ from ._types import ErrorClass
 from ._workspace import WorkspaceError
 
 if TYPE_CHECKING:
-    from ._types import ToolDefinition
+    from ._types import PathResolver, ToolDefinition
     from ._workspace import Workspace
 
 __all__ = [
@@ -437,7 +437,7 @@ class CapabilityPolicy:
         return ALLOW
 
 
-def _where(workspace: Workspace | None, value: str) -> str | Deny:
+def _where(workspace: PathResolver | None, value: str) -> str | Deny:
     """The workspace-relative path ``value`` leads to, or why it is refused.
 
     With the workspace, links and ``..`` are followed as its tools follow

@@ -15,9 +15,11 @@ call's start and end events; its progress is forwarded to this call's
 ``report_progress``; cancelling this call cancels the child loop and its
 calls (each still gets its result) before the call itself ends.
 
-The tree is shared by every executor forked from the root (the
-``ToolExecutor.tree`` field); a root without one gets a default tree the
-first time a sub-agent starts under it.
+The tree reaches the tool through its context: it is one of the executor's
+services (``ToolExecutor(registry, services=[AgentTree(limits)])``), shared
+by every fork; a root without one gets a default tree the first time a
+sub-agent starts under it. The executor to fork is found the same way
+(``ctx.service(ToolExecutor)``).
 """
 
 from __future__ import annotations
@@ -30,13 +32,13 @@ import attrs
 
 from ._agent import AgentLoop, StopReason
 from ._errors import ToolError
+from ._executor import ToolExecutor
 from ._policy import Allow, Ask, Deny, tightest
 from ._types import ErrorClass, SideEffects, ToolDefinition, ToolOutput
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator, Mapping, Sequence
 
-    from ._executor import ToolExecutor
     from ._model import Model
     from ._policy import Decision, ToolPolicy
     from ._registry import ToolRegistry
@@ -102,8 +104,9 @@ class _Node:
 class AgentTree:
     """The shared accounting of one agent tree: who runs where, and the limits.
 
-    Give it to the root executor (``ToolExecutor(registry, tree=AgentTree(
-    TreeLimits(max_depth=2)))``); every fork carries it. A place is reserved
+    Give it to the root executor as a service (``ToolExecutor(registry,
+    services=[AgentTree(TreeLimits(max_depth=2))])``); every fork shares it,
+    and ``executor.service(AgentTree)`` finds it. A place is reserved
     synchronously, so a limit is reported at once and never waited on.
     """
 
@@ -331,17 +334,18 @@ class SubAgentTool:
         return self
 
     async def execute(self, arguments: Mapping[str, Any], ctx: ToolContext) -> ToolOutput:
-        """Run the child loop on a fork of ``ctx.executor``; return its final text."""
-        parent = ctx.executor
+        """Run the child loop on a fork of the calling executor; return its final text."""
+        parent = ctx.service(ToolExecutor)
         if parent is None:
             raise ToolError(f"Sub-agent '{self.name}' needs an executor to fork; none was given.")
         registry = self._child_registry(parent)  # refuses before reserving a place
-        if parent.tree is None:
-            parent.tree = AgentTree()
-        with parent.tree.enter(parent.agent_path, self.name, self.limits) as unique:
-            child = parent.fork_for_subagent(unique)
-            child.registry = registry
-            child.policy = _NarrowedPolicy.below(parent.policy, parent.agent_path)
+        tree = ctx.service(AgentTree, AgentTree)
+        with tree.enter(parent.agent_path, self.name, self.limits) as unique:
+            child = parent.fork_for_subagent(
+                unique,
+                registry=registry,
+                policy=_NarrowedPolicy.below(parent.policy, parent.agent_path),
+            )
             loop = AgentLoop(
                 self._model(),
                 child,

@@ -1,27 +1,34 @@
 """The tool side of the contract: the ``Tool`` protocol and its ``ToolContext``.
 
 A tool sees the executor only through the context it is handed: ids, the
-agent path, the workspace, progress reporting, and a grace period for
-cleanup. Cancellation is trio's own: when a call times out or is cancelled,
-the tool's ``await`` raises ``trio.Cancelled``; a tool that must clean up
-(kill a process, remove a temp file) does so inside ``ctx.cleanup_scope()``.
+agent path, the workspace, its grant, progress reporting, a grace period for
+cleanup, and the *services* the host gave the executor (objects looked up by
+type, such as the agent tree a sub-agent tool needs; the executor running
+the call is one of them, so a tool that starts a child agent can fork it).
+
+Cancellation is trio's own: when a call times out or is cancelled, the
+tool's ``await`` raises ``trio.Cancelled``; a tool that must clean up (kill
+a process, remove a temp file) does so inside ``ctx.cleanup_scope()``.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from collections.abc import Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, overload, runtime_checkable
 
 import attrs
 import trio
 
-if TYPE_CHECKING:
-    from ._executor import ToolExecutor
-    from ._types import ToolDefinition, ToolOutput
+from ._policy import HOST_GRANT, ExecutionGrant
 
-__all__ = ["Tool", "ToolContext", "ToolFactory"]
+if TYPE_CHECKING:
+    from ._types import PathResolver, ToolDefinition, ToolOutput
+
+__all__ = ["Services", "Tool", "ToolContext", "ToolFactory"]
+
+T = TypeVar("T")
 
 
 @runtime_checkable
@@ -55,6 +62,42 @@ def _drop(_kind: str, _payload: Any) -> None:
 
 
 @attrs.define(eq=False)
+class Services:
+    """Host objects shared by a tree of executors, one per type.
+
+    The root executor makes one from its ``services=`` argument; every fork
+    shares it, so what one agent installs (the default agent tree) the whole
+    tree sees.
+    """
+
+    _by_type: dict[type, object] = attrs.field(factory=dict, alias="by_type")
+
+    @classmethod
+    def of(cls, objects: Iterable[object]) -> Services:
+        """Index ``objects`` by their type; two of one type is an error."""
+        by_type: dict[type, object] = {}
+        for obj in objects:
+            if type(obj) in by_type:
+                raise ValueError(f"two services of type {type(obj).__name__}; give one")
+            by_type[type(obj)] = obj
+        return cls(by_type=by_type)
+
+    def get(self, kind: type[T]) -> T | None:
+        """The service of type ``kind`` (or a subclass), or ``None``."""
+        found = self._by_type.get(kind)
+        if found is None:
+            found = next((o for o in self._by_type.values() if isinstance(o, kind)), None)
+        return found  # type: ignore[return-value]
+
+    def setdefault(self, kind: type[T], factory: Callable[[], T]) -> T:
+        """The service of type ``kind``, installed from ``factory`` if absent."""
+        found = self.get(kind)
+        if found is None:
+            found = self._by_type[kind] = factory()
+        return found
+
+
+@attrs.define(eq=False)
 class ToolContext:
     """What a running tool knows about its call and its world.
 
@@ -65,20 +108,42 @@ class ToolContext:
             ``"root/researcher#2"``).
         session_id: the host's session id.
         workspace: the workspace the executor was given, if any.
-        executor: the executor running this call (sub-agent tools fork it).
-        grant: what the policy attached to this call (backend, limits).
+        grant: what the policy attached to this call (sandbox, limits).
         grace_period: seconds a cancelled tool gets for its cleanup.
+
+    Use ``service(kind)`` for the host objects the executor was given and for
+    the executor itself (``ctx.service(ToolExecutor)``).
     """
 
     call_id: str
     tool_name: str
     agent_path: str = "root"
     session_id: str = ""
-    workspace: Any = None
-    executor: ToolExecutor | None = None
-    grant: Any = None
+    workspace: PathResolver | None = None
+    grant: ExecutionGrant = HOST_GRANT
     grace_period: float = 5.0
+    _executor: object = attrs.field(default=None, alias="executor", repr=False)
+    _services: Services = attrs.field(factory=Services, alias="services", repr=False)
     _emit: Callable[[str, Any], None] = attrs.field(default=_drop, alias="emit", repr=False)
+
+    @overload
+    def service(self, kind: type[T]) -> T | None: ...
+    @overload
+    def service(self, kind: type[T], default: Callable[[], T]) -> T: ...
+
+    def service(self, kind: type[T], default: Callable[[], T] | None = None) -> T | None:
+        """The object of type ``kind`` this call can use, or ``None``.
+
+        That is the executor running the call (``ctx.service(ToolExecutor)``)
+        or one of the services its host gave it (``ToolExecutor(...,
+        services=[...])``). With ``default``, a missing service is made by
+        calling it and installed for the whole tree of executors.
+        """
+        if isinstance(self._executor, kind):
+            return self._executor
+        if default is None:
+            return self._services.get(kind)
+        return self._services.setdefault(kind, default)
 
     @property
     def logger(self) -> logging.Logger:

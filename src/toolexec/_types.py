@@ -6,20 +6,21 @@ Everything here is a frozen attrs class or an enum. Nothing here does I/O.
 from __future__ import annotations
 
 import enum
-from typing import TYPE_CHECKING, Any, TypeAlias
+import json
+from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
 
 import attrs
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
-
-    from ._workspace import Workspace
+    from pathlib import Path
 
 __all__ = [
     "ContentBlock",
     "ErrorClass",
     "ImageContent",
     "JsonContent",
+    "PathResolver",
     "RoutingClass",
     "SideEffects",
     "TextContent",
@@ -101,6 +102,37 @@ class JsonContent:
 ContentBlock: TypeAlias = TextContent | ImageContent | JsonContent
 
 
+def block_text(block: ContentBlock) -> str:
+    """A content block as the model reads it where only text is sent.
+
+    The provider formats use this too, so ``ToolResult.text`` is exactly the
+    text they send (before any ``Error:`` prefix a format adds).
+    """
+    if isinstance(block, TextContent):
+        return block.text
+    if isinstance(block, JsonContent):
+        return json.dumps(block.value, ensure_ascii=False, default=str)
+    return f"[image {block.mime_type}, {len(block.data) * 3 // 4} bytes, not shown]"
+
+
+class PathResolver(Protocol):
+    """What the core needs of a workspace: its root, and where a path leads.
+
+    ``Workspace`` is the implementation; policies use ``resolve_sync`` to
+    judge a path argument where it really leads (links followed inside the
+    root), and approval uses ``root`` to recognise trusted workspaces.
+    """
+
+    @property
+    def root(self) -> Path:
+        """The directory every path is resolved beneath."""
+        ...
+
+    def resolve_sync(self, path: str) -> str:
+        """The root-relative path ``path`` leads to; raise ``ToolError`` if refused."""
+        ...
+
+
 @attrs.frozen
 class ToolCall:
     """One call the model asked for.
@@ -152,8 +184,9 @@ class ToolResult:
 
     @property
     def text(self) -> str:
-        """All text blocks joined by newlines (the model-facing text)."""
-        return "\n".join(b.text for b in self.content if isinstance(b, TextContent))
+        """What the model reads: every block as text (JSON as JSON text, an
+        image as a short note), joined by newlines."""
+        return "\n".join(map(block_text, self.content))
 
 
 def _check_timeout(_inst: object, _attr: object, value: float | None) -> None:
@@ -179,7 +212,7 @@ class ToolDefinition:
             declared effect is used.
         path_arguments: argument names holding workspace paths, with the
             access mode (``"r"`` or ``"w"``) capability policies check.
-        workspace: the ``Workspace`` those paths are resolved in, if the
+        workspace: the workspace (a ``PathResolver``) those paths are resolved in, if the
             tool has one (the built-in file tools set it), so that policies
             judge a path where it really leads even when they were given no
             workspace themselves.
@@ -197,7 +230,7 @@ class ToolDefinition:
         default=None, eq=False
     )
     path_arguments: Mapping[str, str] = attrs.field(factory=dict)
-    workspace: Workspace | None = attrs.field(default=None, eq=False, repr=False)
+    workspace: PathResolver | None = attrs.field(default=None, eq=False, repr=False)
 
     @property
     def effective_timeout(self) -> float:

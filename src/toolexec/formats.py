@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeAlias, get_args
 
 from ._errors import ToolexecError
 from ._model import ModelResponse, Usage
-from ._types import ImageContent, JsonContent, TextContent, ToolCall
+from ._types import ImageContent, ToolCall, block_text
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -340,16 +340,8 @@ def _json_text(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, default=str)
 
 
-def _block_text(block: ContentBlock) -> str:
-    if isinstance(block, TextContent):
-        return block.text
-    if isinstance(block, JsonContent):
-        return _json_text(block.value)
-    return f"[image {block.mime_type}, {len(block.data) * 3 // 4} bytes, not shown]"
-
-
 def _result_text(result: ToolResult) -> str:
-    text = "\n".join(_block_text(b) for b in result.content)
+    text = result.text
     return f"Error: {text}" if result.is_error else text
 
 
@@ -357,7 +349,7 @@ def _anthropic_block(block: ContentBlock) -> dict[str, Any] | None:
     if isinstance(block, ImageContent) and block.mime_type in _ANTHROPIC_IMAGE_TYPES:
         source = {"type": "base64", "media_type": block.mime_type, "data": block.data}
         return {"type": "image", "source": source}
-    text = _block_text(block)
+    text = block_text(block)
     return {"type": "text", "text": text} if text else None
 
 

@@ -1,0 +1,237 @@
+"""Run time: one queued call from approval to its result (DESIGN 3.3, 3.6, 3.7).
+
+Theory of operation. ``run_call`` drives a call through its lifecycle:
+
+1. *Approve* (``_asking.Asker``): a call that needs a human waits for
+   the answer first, holding no permit.
+2. *Admit* (``Admission``): the tool's own limiter if the host capped it,
+   then its class limiter, in that order, as one ``async with`` that
+   releases both on every path. A last check that the batch was not
+   cancelled while the call waited, since the nowait fast path does not look.
+3. *Start* (``_start``): the deadline (the tool's, tightened by the grant)
+   and the ``ToolContext``.
+4. *Execute*: the tool, or the backend its grant names, under the deadline.
+   Every exception becomes a result; ``trio.Cancelled`` and
+   ``KeyboardInterrupt`` are never caught here.
+5. *Conclude* (``_conclude``): the output checked, capped and made a result.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import traceback
+from typing import TYPE_CHECKING, Any
+
+import attrs
+import trio
+
+from . import _messages as say
+from ._errors import ToolError
+from ._events import CallStarted
+from ._lifecycle import CallSlot, State, error_result
+from ._policy import HOST_GRANT
+from ._tool import ToolContext, _drop
+from ._types import ErrorClass, JsonContent, TextContent, ToolOutput, ToolResult
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from types import TracebackType
+
+    from ._asking import Asker
+    from ._events import EventSink
+    from ._hooks import CallHook
+    from ._limits import Pools
+    from ._report import Reporter
+    from ._tool import Services
+    from ._types import ContentBlock, PathResolver
+
+__all__ = ["Runtime", "run_call"]
+
+_log = logging.getLogger("toolexec")
+
+
+@attrs.define(eq=False)
+class Runtime:
+    """The run-time half of an executor: its pools, observers and counters."""
+
+    agent_path: str
+    session_id: str
+    workspace: PathResolver | None
+    grace_period: float
+    pools: Pools
+    sinks: tuple[EventSink, ...]
+    hooks: tuple[CallHook, ...]
+    asker: Asker
+    services: Services
+    executor: object
+    in_flight: int = 0
+    # ``Batch.cancel`` of every batch running now, for ``cancel_all``.
+    cancellers: set[Callable[[], None]] = attrs.field(factory=set)
+
+
+class Admission:
+    """Hold a call's permits: the tool's limiter (if capped), then its class's."""
+
+    __slots__ = ("_class_limiter", "_slot", "_tool_limiter")
+
+    def __init__(self, pools: Pools, slot: CallSlot) -> None:
+        self._slot = slot
+        self._tool_limiter = pools.per_tool.get(slot.call.name)
+        self._class_limiter = pools.by_class[slot.routing]
+
+    async def __aenter__(self) -> None:
+        if self._tool_limiter is not None:
+            await _acquire(self._tool_limiter, self._slot)
+        try:
+            await _acquire(self._class_limiter, self._slot)
+        except BaseException:
+            if self._tool_limiter is not None:
+                self._tool_limiter.release_on_behalf_of(self._slot)
+            raise
+
+    async def __aexit__(
+        self,
+        _type: type[BaseException] | None,
+        _value: BaseException | None,
+        _tb: TracebackType | None,
+    ) -> None:
+        self._class_limiter.release_on_behalf_of(self._slot)
+        if self._tool_limiter is not None:
+            self._tool_limiter.release_on_behalf_of(self._slot)
+
+
+async def _acquire(limiter: trio.CapacityLimiter, slot: CallSlot) -> None:
+    # The fast path skips the two scheduling round trips of the async acquire
+    # when a token is free; nowait never jumps the queue of waiting calls.
+    try:
+        limiter.acquire_on_behalf_of_nowait(slot)
+    except trio.WouldBlock:
+        await limiter.acquire_on_behalf_of(slot)
+
+
+async def run_call(rt: Runtime, slot: CallSlot, report: Reporter) -> None:
+    """Run one queued call to its result, and report it."""
+    if slot.needs_approval is not None:
+        slot.advance(State.APPROVING)
+        denial = await rt.asker.ask(slot, report)
+        if denial is not None:
+            slot.finish(denial)
+            report.settle(slot)
+            return
+    slot.advance(State.ADMITTING)
+    async with Admission(rt.pools, slot):
+        # A cancel may have landed while this call waited for its turn (or
+        # before the batch ran): never start a tool after it.
+        await trio.lowlevel.checkpoint_if_cancelled()
+        slot.finish(await _execute(rt, slot, report))
+    report.settle(slot)
+
+
+async def _execute(rt: Runtime, slot: CallSlot, report: Reporter) -> ToolResult:
+    entry = slot.entry
+    assert entry is not None
+    ctx, start, timeout = _start(rt, slot, report)
+    output: object = None
+    failure: ToolResult | None = None
+    rt.in_flight += 1
+    try:
+        with trio.CancelScope(deadline=start + timeout) as scope:
+            tool = entry.factory()
+            if slot.backend is None:
+                output = await tool.execute(slot.arguments, ctx)
+            else:
+                output = await slot.backend.run(tool, slot.arguments, ctx)
+    except ToolError as exc:
+        failure = error_result(slot, exc.error_class, exc.message)
+    except Exception as exc:
+        failure = _crashed(slot, exc)
+    finally:
+        rt.in_flight -= 1
+    if scope.cancel_called:
+        failure = error_result(slot, ErrorClass.TIMEOUT, say.timed_out(slot.call.name, timeout))
+    return _conclude(slot, output, failure, trio.current_time() - start)
+
+
+def _start(rt: Runtime, slot: CallSlot, report: Reporter) -> tuple[ToolContext, float, float]:
+    call, entry = slot.call, slot.entry
+    assert entry is not None
+    grant = slot.grant or HOST_GRANT
+    timeout = entry.definition.effective_timeout
+    if grant.timeout is not None and grant.timeout < timeout:
+        timeout = grant.timeout
+    slot.advance(State.RUNNING)
+    start = trio.current_time()
+    report.call_event(CallStarted, call, routing=slot.routing)
+    ctx = ToolContext(
+        call.id,
+        call.name,
+        rt.agent_path,
+        rt.session_id,
+        rt.workspace,
+        grant,
+        rt.grace_period,
+        executor=rt.executor,
+        services=rt.services,
+        emit=report.progress_emitter(call) if report.observed else _drop,
+    )
+    return ctx, start, timeout
+
+
+def _crashed(slot: CallSlot, exc: Exception) -> ToolResult:
+    call = slot.call
+    _log.error("tool %r raised in call %r", call.name, call.id, exc_info=exc)
+    return error_result(
+        slot,
+        ErrorClass.EXECUTION_ERROR,
+        say.crashed(call.name, exc),
+        details={"traceback": "".join(traceback.format_exception(exc))},
+    )
+
+
+def _conclude(
+    slot: CallSlot, output: object, failure: ToolResult | None, duration: float
+) -> ToolResult:
+    cap = (slot.grant or HOST_GRANT).max_output_chars
+    if failure is not None:
+        if cap is not None:  # an error's text is output the model reads too
+            return attrs.evolve(failure, content=_cap(failure.content, cap), duration=duration)
+        return attrs.evolve(failure, duration=duration)
+    if not isinstance(output, ToolOutput):
+        text = say.not_an_output(slot.call.name, output)
+        return error_result(slot, ErrorClass.EXECUTION_ERROR, text, duration=duration)
+    content = output.content if cap is None else _cap(output.content, cap)
+    return ToolResult(
+        slot.call.id,
+        slot.call.name,
+        content,
+        output.is_error,
+        ErrorClass.EXECUTION_ERROR if output.is_error else None,
+        output.details,
+        duration,
+        slot.routing,
+    )
+
+
+def _cap(content: tuple[ContentBlock, ...], limit: int) -> tuple[ContentBlock, ...]:
+    """At most ``limit`` characters of text for the model: text blocks and JSON
+    values as the model reads them (a JSON value too long becomes its cut text)."""
+    out: list[ContentBlock] = []
+    left = limit
+    for block in content:
+        text = _model_text(block)
+        if isinstance(block, JsonContent) and len(text) > left:
+            block = TextContent(text)
+        if len(text) > left:
+            out.append(TextContent(text[:left] + say.truncated(len(text) - left)))
+            left = 0
+        else:
+            out.append(block)
+            left -= len(text)
+    return tuple(out)
+
+
+def _model_text(block: Any) -> str:
+    if isinstance(block, JsonContent):
+        return json.dumps(block.value, ensure_ascii=False, default=str)
+    return block.text if isinstance(block, TextContent) else ""

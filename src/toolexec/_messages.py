@@ -1,0 +1,141 @@
+"""Every text the executor shows the model, in one place.
+
+A model reads these to decide what to do next, so each one says what went
+wrong with *this* call and, where it can, what to do instead. The functions
+are pure; the planning and run paths only pick which one applies.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Sequence
+
+    from ._types import SideEffects
+
+SKIPPED = "Skipped: the user sent a new message before this call started."
+CANCELLED = "Cancelled: the host cancelled this call before it finished."
+
+_JSON_KINDS = {
+    list: "an array",
+    str: "a string",
+    int: "a number",
+    float: "a number",
+    bool: "a boolean",
+    type(None): "null",
+}
+
+
+def not_found(name: str, available: Iterable[str]) -> str:
+    names = ", ".join(available) or "(none)"
+    return f"Tool '{name}' not found. Available: {names}"
+
+
+def json_too_deep(name: str) -> str:
+    return (
+        f"Invalid arguments for tool '{name}': the JSON is nested too deeply. "
+        "Send a flatter JSON object."
+    )
+
+
+def json_invalid(name: str, error: Exception) -> str:
+    return (
+        f"Invalid arguments for tool '{name}': the arguments are not valid JSON ({error}). "
+        "Send a JSON object."
+    )
+
+
+def not_an_object(name: str, value: object) -> str:
+    kind = _JSON_KINDS.get(type(value), "a value of another kind")
+    return f"Invalid arguments for tool '{name}': expected a JSON object, got {kind}."
+
+
+def invalid(name: str, violations: Sequence[str], *, rewritten: bool = False) -> str:
+    when = " after the host rewrote them" if rewritten else ""
+    return f"Invalid arguments for tool '{name}'{when}:\n- " + "\n- ".join(violations)
+
+
+def denied(name: str, reason: str) -> str:
+    return f"Permission denied for tool '{name}': {reason}"
+
+
+def hook_failed(name: str, error: Exception) -> str:
+    return denied(name, f"a safety check failed ({type(error).__name__}).")
+
+
+def policy_failed(error: Exception) -> str:
+    return f"the policy could not decide ({type(error).__name__})"
+
+
+def policy_not_a_decision(value: object) -> str:
+    return f"the policy returned {type(value).__name__}, not a decision"
+
+
+def mode_denies(name: str, effects: SideEffects) -> str:
+    return denied(
+        name, f"the confirmation policy denies tools with side effects '{effects.value}'."
+    )
+
+
+def skipped_by_host(reason: str) -> str:
+    return f"Skipped by the host: {reason}"
+
+
+def unknown_sandbox(name: str, sandbox: str, available: Iterable[str]) -> str:
+    have = ", ".join(sorted(available))
+    return (
+        f"Tool '{name}' cannot run: its grant names the sandbox '{sandbox}', which this "
+        f"executor does not have (it has: {have})."
+    )
+
+
+def denied_for_session(name: str) -> str:
+    return f"The user denied tool '{name}' for the rest of this session."
+
+
+def no_approver(name: str) -> str:
+    return denied(name, "it needs approval and no approver is configured.")
+
+
+def not_showable(name: str, error: Exception) -> str:
+    return denied(name, f"its arguments cannot be shown for approval ({error}).")
+
+
+def approver_failed(name: str, error: Exception) -> str:
+    return denied(name, f"the approval could not be obtained ({type(error).__name__}).")
+
+
+def approver_invalid(name: str) -> str:
+    return denied(name, "the approver gave no valid answer.")
+
+
+def approval_timeout(name: str, timeout: float) -> str:
+    return (
+        f"No answer to the approval request for tool '{name}' within {timeout:g}s; "
+        "the call did not run."
+    )
+
+
+def user_denied(name: str, reason: str) -> str:
+    why = f": {reason}" if reason else "."
+    return f"The user denied this call of '{name}'{why}"
+
+
+def timed_out(name: str, timeout: float) -> str:
+    return f"Tool '{name}' timed out after {timeout:g}s and was cancelled."
+
+
+def crashed(name: str, error: BaseException) -> str:
+    return f"Tool '{name}' failed: {type(error).__name__}: {error}"
+
+
+def not_an_output(name: str, value: object) -> str:
+    return (
+        f"Tool '{name}' returned {type(value).__name__}, not a ToolOutput "
+        "(this is a bug in the tool)."
+    )
+
+
+def truncated(cut: int) -> str:
+    return f"\n[output truncated: {cut} more characters not shown]"

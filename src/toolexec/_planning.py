@@ -1,0 +1,216 @@
+"""Plan time: decide, for each call, whether it runs and how (DESIGN 3.1, 3.6).
+
+Theory of operation. ``Planner.plan_call`` walks a call through a fixed
+sequence of steps, all synchronous and free of I/O: look the tool up, parse
+the arguments, validate them, ask the hooks, ask the policy, settle the
+approval mode, find the backend. Each step either records what it learned
+on the call's slot and returns ``None``, or returns the error result that
+answers the call at once (a *short-circuit*: no permit, no execution, and it
+never splits a run). A call that passes every step gets its routing class
+and is queued; the strategy then cuts the queued calls into runs.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+import attrs
+
+from . import _messages as say
+from ._approval import ApprovalMode
+from ._hooks import Rewrite, Skip
+from ._lifecycle import CallSlot, State, error_result
+from ._policy import HOST_GRANT, Allow, Ask, Deny
+from ._types import ErrorClass, RoutingClass, SideEffects
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from ._approval import ApprovalConfig
+    from ._backend import Backend
+    from ._hooks import CallHook
+    from ._policy import Decision, ToolPolicy
+    from ._registry import RegisteredTool, ToolRegistry
+    from ._types import PathResolver, ToolResult
+
+__all__ = ["Planner"]
+
+_log = logging.getLogger("toolexec")
+
+_PROMPTED_BY_ASK = (ApprovalMode.AUTO, ApprovalMode.PROMPT_ONCE)
+
+
+@attrs.frozen
+class Planner:
+    """The plan-time half of an executor: its tools, gate and backends."""
+
+    registry: ToolRegistry
+    policy: ToolPolicy
+    hooks: tuple[CallHook, ...]
+    approval: ApprovalConfig | None
+    workspace: PathResolver | None
+    promoted: frozenset[str]
+    agent_path: str
+    backends: Mapping[str, Backend]
+    _steps: tuple[Callable[[CallSlot], ToolResult | None], ...] = attrs.field(init=False)
+
+    def __attrs_post_init__(self) -> None:
+        steps: tuple[Callable[[CallSlot], ToolResult | None], ...] = (
+            self._lookup,
+            self._parse,
+            self._validate,
+            self._hooks,
+            self._decide,
+            self._approval_mode,
+            self._backend,
+        )
+        object.__setattr__(self, "_steps", steps)
+
+    def plan_call(self, slot: CallSlot) -> None:
+        """Answer the call at once, or route it and queue it."""
+        for step in self._steps:
+            failure = step(slot)
+            if failure is not None:
+                slot.finish(failure)
+                return
+        slot.routing = self._route(slot)
+        slot.advance(State.QUEUED)
+
+    def _lookup(self, slot: CallSlot) -> ToolResult | None:
+        slot.entry = self.registry.lookup(slot.call.name)
+        if slot.entry is None:
+            text = say.not_found(slot.call.name, self.registry.names())
+            return error_result(slot, ErrorClass.NOT_FOUND, text)
+        return None
+
+    def _parse(self, slot: CallSlot) -> ToolResult | None:
+        raw, name = slot.call.arguments, slot.call.name
+        if isinstance(raw, dict):
+            slot.arguments = raw
+            return None
+        if isinstance(raw, Mapping):
+            slot.arguments = dict(raw)
+            return None
+        try:
+            value = json.loads(raw) if raw.strip() else {}
+        except RecursionError:
+            return error_result(slot, ErrorClass.INVALID_ARGUMENTS, say.json_too_deep(name))
+        except (ValueError, AttributeError, TypeError) as exc:  # ValueError: 5000 digits
+            return error_result(slot, ErrorClass.INVALID_ARGUMENTS, say.json_invalid(name, exc))
+        if not isinstance(value, dict):
+            return error_result(slot, ErrorClass.INVALID_ARGUMENTS, say.not_an_object(name, value))
+        slot.arguments = value
+        return None
+
+    def _validate(self, slot: CallSlot, *, rewritten: bool = False) -> ToolResult | None:
+        assert slot.entry is not None
+        violations = violations_of(slot.entry, slot.arguments)
+        if not violations:
+            return None
+        text = say.invalid(slot.call.name, violations, rewritten=rewritten)
+        return error_result(
+            slot, ErrorClass.INVALID_ARGUMENTS, text, details={"violations": violations}
+        )
+
+    def _hooks(self, slot: CallSlot) -> ToolResult | None:
+        for hook in self.hooks:
+            try:
+                decision = hook.before_call(slot.call, slot.arguments, self.agent_path)
+            except Exception as exc:
+                _log.exception("before_call hook %r raised; denying the call", hook)
+                text = say.hook_failed(slot.call.name, exc)
+                return error_result(slot, ErrorClass.PERMISSION_DENIED, text)
+            if isinstance(decision, Skip):
+                text = say.skipped_by_host(decision.reason)
+                return error_result(slot, ErrorClass.SKIPPED, text)
+            if isinstance(decision, Rewrite):
+                slot.arguments = dict(decision.arguments)
+                failure = self._validate(slot, rewritten=True)
+                if failure is not None:
+                    return failure
+        return None
+
+    def _decide(self, slot: CallSlot) -> ToolResult | None:
+        assert slot.entry is not None
+        decision = self._ask_policy(slot.entry, slot.arguments)
+        if isinstance(decision, Deny):
+            text = say.denied(slot.call.name, decision.reason)
+            return error_result(slot, ErrorClass.PERMISSION_DENIED, text)
+        slot.grant = decision.grant
+        if isinstance(decision, Ask):
+            slot.reason = decision.reason
+            slot.needs_approval = ApprovalMode.PROMPT
+        return None
+
+    def _ask_policy(self, entry: RegisteredTool, arguments: Mapping[str, Any]) -> Decision:
+        try:
+            decision = self.policy.decide(entry.definition, arguments, self.agent_path)
+        except Exception as exc:  # fail closed, like a hook that raises
+            _log.exception("policy %r raised; denying the call", self.policy)
+            return Deny(say.policy_failed(exc))
+        if not isinstance(decision, (Allow, Ask, Deny)):
+            return Deny(say.policy_not_a_decision(decision))
+        return decision
+
+    def _approval_mode(self, slot: CallSlot) -> ToolResult | None:
+        assert slot.entry is not None
+        definition = slot.entry.definition
+        mode = ApprovalMode.AUTO
+        if self.approval is not None:
+            mode = self.approval.mode_for(definition, self.workspace)
+        if mode is ApprovalMode.DENY:
+            text = say.mode_denies(slot.call.name, definition.side_effects)
+            return error_result(slot, ErrorClass.PERMISSION_DENIED, text)
+        # A policy ``Ask`` is answered by a human whatever was remembered for
+        # the tool: prompt_once covers the tool, not this particular question.
+        if slot.needs_approval is ApprovalMode.PROMPT and mode in _PROMPTED_BY_ASK:
+            mode = ApprovalMode.PROMPT
+        slot.needs_approval = None if mode is ApprovalMode.AUTO else mode
+        return None
+
+    def _backend(self, slot: CallSlot) -> ToolResult | None:
+        grant = slot.grant or HOST_GRANT
+        if grant.sandbox == "host":
+            return None
+        slot.backend = self.backends.get(grant.sandbox)
+        if slot.backend is None:
+            text = say.unknown_sandbox(slot.call.name, grant.sandbox, ["host", *self.backends])
+            return error_result(slot, ErrorClass.EXECUTION_ERROR, text)
+        return None
+
+    def _route(self, slot: CallSlot) -> RoutingClass:
+        entry = slot.entry
+        assert entry is not None
+        definition = entry.definition
+        if definition.is_recursive:
+            return RoutingClass.CONCURRENT_MUT
+        if entry.read_only or _classified_read_only(entry, slot.arguments):
+            return RoutingClass.READ_ONLY
+        if definition.name in self.promoted:
+            return RoutingClass.CONCURRENT_MUT
+        return RoutingClass.SERIAL_MUT
+
+
+def _classified_read_only(entry: RegisteredTool, arguments: Mapping[str, Any]) -> bool:
+    classifier = entry.definition.classifier
+    if classifier is None:
+        return False
+    try:
+        effects = classifier(arguments)
+    except Exception:
+        _log.exception("classifier of tool %r raised; routing as declared", entry.definition.name)
+        return False
+    return isinstance(effects, SideEffects) and effects.is_read_only
+
+
+def violations_of(entry: RegisteredTool, arguments: Mapping[str, Any]) -> list[str]:
+    """What is wrong with ``arguments`` for the tool's schema (nothing: ``[]``)."""
+    try:
+        if entry.schema.is_valid(arguments):
+            return []
+        return entry.schema.violations(arguments) or ["$: the arguments do not match"]
+    except (TypeError, ValueError) as exc:  # a value JSON has no type for (bytes, ...)
+        return [f"$: {exc}; arguments must be JSON values"]
