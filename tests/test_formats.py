@@ -410,3 +410,37 @@ def test_formats_doc_examples_run() -> None:
     namespace: dict[str, Any] = {"__name__": "formats_doc"}
     for block in blocks:
         exec(compile(block, "docs/formats.md", "exec"), namespace)
+
+
+@pytest.mark.parametrize(
+    ("content", "text"),
+    [
+        ((JsonContent(5),), "5"),
+        ((JsonContent({"n": "é"}),), '{"n": "é"}'),
+        ((TextContent("a"), JsonContent([1, 2])), "a\n[1, 2]"),
+        ((ImageContent("AAAA", "image/png"),), "[image image/png, 3 bytes, not shown]"),
+        ((), ""),
+    ],
+)
+def test_result_text_is_what_the_model_reads(content: tuple[Any, ...], text: str) -> None:
+    result = ToolResult("c1", "t", content)
+    assert result.text == text
+    for name in ("openai-chat", "openai-responses"):
+        (message,) = formats.render_results([result], name)
+        assert message.get("content", message.get("output")) == text
+    error = ToolResult("c1", "t", content, is_error=True, error_class=ErrorClass.EXECUTION_ERROR)
+    (message,) = formats.render_results([error], "openai-chat")
+    assert message["content"] == f"Error: {text}"
+
+
+async def test_a_tool_returning_a_number_reads_the_same_in_text_and_message() -> None:
+    @function_tool(side_effects=SideEffects.READ)
+    async def five() -> int:
+        """Five."""
+        return 5
+
+    registry = ToolRegistry()
+    registry.register(five)
+    (result,) = (await ToolExecutor(registry).execute_batch([ToolCall("1", "five")])).results
+    assert result.text == "5"
+    assert formats.render_results([result], "openai-chat")[0]["content"] == "5"
