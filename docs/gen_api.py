@@ -48,6 +48,8 @@ SECTIONS = {
         "Sequential",
         "Batched",
         "Steering",
+        "Backend",
+        "HostBackend",
     ],
     "Events and sinks": [
         "Event",

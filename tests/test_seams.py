@@ -11,8 +11,10 @@ import trio.testing
 
 from toolexec import (
     Allow,
+    Backend,
     ErrorClass,
     ExecutionGrant,
+    HostBackend,
     RoutingClass,
     SideEffects,
     ToolCall,
@@ -24,7 +26,6 @@ from toolexec import (
     ToolRegistry,
     function_tool,
 )
-from toolexec._backend import Backend, HostBackend
 
 if TYPE_CHECKING:
     from collections.abc import Mapping

@@ -20,6 +20,7 @@ from ._approval import (
     TerminalApprover,
 )
 from ._audit import JsonlAuditSink
+from ._backend import Backend, HostBackend
 from ._batch import Batch, BatchOutcome, Steering
 from ._builtins import (
     EchoTool,
@@ -106,6 +107,7 @@ __all__ = [
     "Approver",
     "Ask",
     "AutoApprover",
+    "Backend",
     "Batch",
     "BatchFinished",
     "BatchOutcome",
@@ -141,6 +143,7 @@ __all__ = [
     "FirstAnswer",
     "FunctionTool",
     "HookDecision",
+    "HostBackend",
     "ImageContent",
     "InputInvalid",
     "InternalError",

@@ -1,0 +1,75 @@
+"""Per-call overhead of this checkout against an earlier revision, in one run.
+
+Run: ``python benchmarks/compare_revisions.py --base HEAD~3`` from the
+repository root. The base revision's ``src/`` is exported to a temporary
+directory; then ``bench_executor.py --quick`` (this checkout's copy, so both
+sides run the same measurement) runs alternately against the base and the
+working tree, ``--rounds`` times each, so machine noise hits both alike.
+Each run measures the executor against the raw trio floor in its own
+process; the table shows, per batch size, the median executor time per call,
+the median floor time, and the median executor/floor ratio for each side.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+BENCH = ROOT / "benchmarks" / "bench_executor.py"
+LINE = re.compile(r"no-op call, N=(\d+) \(us/call\)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)x")
+SIZES = (10, 100, 1000)
+
+
+def export(rev: str, into: Path) -> Path:
+    """Write ``rev``'s ``src/`` under ``into``; return that ``src`` directory."""
+    archive = subprocess.run(
+        ["git", "-C", str(ROOT), "archive", rev, "src"], check=True, capture_output=True
+    ).stdout
+    subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True)
+    return into / "src"
+
+
+def measure(src: Path) -> dict[int, tuple[float, float, float]]:
+    """One ``bench_executor.py --quick`` run importing toolexec from ``src``."""
+    env = {**os.environ, "PYTHONPATH": str(src)}
+    out = subprocess.run(
+        [sys.executable, str(BENCH), "--quick"], env=env, check=True, capture_output=True, text=True
+    ).stdout
+    found = {int(n): (float(a), float(b), float(r)) for n, a, b, r in LINE.findall(out)}
+    return {n: found[n] for n in SIZES}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--base", required=True, help="the revision to compare with")
+    parser.add_argument("--rounds", type=int, default=5, help="runs per side (default 5)")
+    args = parser.parse_args()
+    sides: dict[str, list[dict[int, tuple[float, float, float]]]] = {"base": [], "this": []}
+    with tempfile.TemporaryDirectory() as tmp:
+        srcs = {"base": export(args.base, Path(tmp)), "this": ROOT / "src"}
+        for i in range(args.rounds):
+            order = ("base", "this") if i % 2 == 0 else ("this", "base")
+            for side in order:
+                sides[side].append(measure(srcs[side]))
+                print(f"round {i + 1}/{args.rounds}: {side} done", file=sys.stderr)
+    load = os.getloadavg()
+    print(f"base = {args.base}, this = working tree; {args.rounds} alternating runs per side")
+    print(f"load average after the runs: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
+    for side in ("base", "this"):
+        print(f"\n{side}:")
+        print(f"{'N':>6}{'executor us/call':>18}{'floor us/call':>15}{'ratio':>8}")
+        for n in SIZES:
+            runs = [r[n] for r in sides[side]]
+            ours, floor, ratio = (statistics.median(x[k] for x in runs) for k in range(3))
+            print(f"{n:>6}{ours:>18.1f}{floor:>15.1f}{ratio:>7.2f}x")
+
+
+if __name__ == "__main__":
+    main()
