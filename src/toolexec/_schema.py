@@ -11,7 +11,7 @@ violations, each with its JSON path, only for arguments that fail.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import attrs
@@ -60,16 +60,22 @@ def _check_subset(schema: Any, where: str, tool: str) -> None:
                 "portable subset (no $ref, oneOf, anyOf, allOf, not, if/then/else, "
                 "patternProperties); inline the definition or flatten the alternatives"
             )
+    for sub, sub_where in _subschemas(schema, where):
+        _check_subset(sub, sub_where, tool)
+
+
+def _subschemas(schema: Mapping[str, Any], where: str) -> Iterator[tuple[Any, str]]:
+    """The schemas nested in ``schema``, each with its place."""
     for key in _SCHEMA_MAPS:
         for name, sub in (schema.get(key) or {}).items():
-            _check_subset(sub, f"{where}/{key}/{name}", tool)
+            yield sub, f"{where}/{key}/{name}"
     for key in _SCHEMA_VALUES:
         sub = schema.get(key)
         if isinstance(sub, list):
             for i, item in enumerate(sub):
-                _check_subset(item, f"{where}/{key}/{i}", tool)
+                yield item, f"{where}/{key}/{i}"
         elif sub is not None:
-            _check_subset(sub, f"{where}/{key}", tool)
+            yield sub, f"{where}/{key}"
 
 
 @attrs.frozen

@@ -120,16 +120,9 @@ class _Builder:
     def feed(self, event: Event) -> None:
         pid = self.pid(event.agent_path)
         if isinstance(event, BatchPlanned):
-            self.batches[event.batch_id] = event.time
-            for run in event.plan.runs:
-                for cid, tool in zip(run.call_ids, run.tool_names, strict=True):
-                    self.call(event.agent_path, event.batch_id, cid, tool)
+            self.planned(event)
         elif isinstance(event, RunStarted):
-            self.open_runs[(event.batch_id, event.index)] = (event.time, event.routing.value)
-            for cid in event.call_ids:
-                found = self.calls.get((event.batch_id, cid))
-                if found is not None:
-                    found.ready = event.time
+            self.run_started(event)
         elif isinstance(event, RunFinished):
             start, routing = self.open_runs.pop((event.batch_id, event.index), (event.time, "?"))
             self.slice(pid, 0, f"run {event.index} {routing}", "run", start, event.time)
@@ -140,6 +133,19 @@ class _Builder:
             self.step(event)
         elif isinstance(event, CallCompleted | CallFailed):
             self.end(event, pid)
+
+    def planned(self, event: BatchPlanned) -> None:
+        self.batches[event.batch_id] = event.time
+        for run in event.plan.runs:
+            for cid, tool in zip(run.call_ids, run.tool_names, strict=True):
+                self.call(event.agent_path, event.batch_id, cid, tool)
+
+    def run_started(self, event: RunStarted) -> None:
+        self.open_runs[(event.batch_id, event.index)] = (event.time, event.routing.value)
+        for cid in event.call_ids:
+            found = self.calls.get((event.batch_id, cid))
+            if found is not None:
+                found.ready = event.time
 
     def step(self, event: ApprovalRequested | ApprovalResolved | CallStarted) -> None:
         call = self.call(event.agent_path, event.batch_id, event.call_id, event.tool_name)
