@@ -55,6 +55,7 @@ def test_ci_runs_exactly_the_readme_test_command_against_the_pins():
     assert ci[-1] == pinned
     assert "constraints" not in latest
     assert "-U --upgrade-strategy eager" in latest
+    assert latest in (ROOT / "tests" / "README.md").read_text()
 
 
 def _name(requirement: str) -> str:
