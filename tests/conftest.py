@@ -1,4 +1,8 @@
-"""Shared test helpers: instrumented tools that record what overlapped."""
+"""Shared test helpers: instrumented tools that record what overlapped.
+
+The gate's tests (approval, rules, hooks, audit, the executor's gate path)
+share ``FileTool``, the ``registry`` of two of them, ``write`` and ``Scripted``.
+"""
 
 from __future__ import annotations
 
@@ -10,7 +14,16 @@ import attrs
 import pytest
 import trio
 
-from toolexec import SideEffects, ToolContext, ToolDefinition, ToolOutput
+from toolexec import (
+    ApprovalAnswer,
+    ApprovalRequest,
+    SideEffects,
+    ToolCall,
+    ToolContext,
+    ToolDefinition,
+    ToolOutput,
+    ToolRegistry,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -132,3 +145,63 @@ def open_fds() -> set[int]:
     """
     gc.collect()
     return {int(fd) for fd in os.listdir("/proc/self/fd")}
+
+
+# -- the gate: tools that declare a path argument, and a scripted approver ----------------
+
+
+class FileTool:
+    """A tool declaring a path argument (nothing is touched on disk)."""
+
+    def __init__(self, name: str, mode: str, seen: list[dict[str, Any]]) -> None:
+        self.seen = seen
+        self.definition = ToolDefinition(
+            name=name,
+            description="touch a path",
+            input_schema={
+                "type": "object",
+                "properties": {"path": {"type": "string"}, "text": {"type": "string"}},
+                "required": ["path"],
+            },
+            side_effects=SideEffects.READ if mode == "r" else SideEffects.WRITE,
+            path_arguments={"path": mode},
+        )
+
+    async def execute(self, arguments: Mapping[str, Any], ctx: ToolContext) -> ToolOutput:
+        self.seen.append(dict(arguments))
+        return ToolOutput.text(f"done {arguments['path']}")
+
+
+@pytest.fixture
+def seen() -> list[dict[str, Any]]:
+    return []
+
+
+@pytest.fixture
+def registry(seen: list[dict[str, Any]]) -> ToolRegistry:
+    registry = ToolRegistry()
+    registry.register(lambda: FileTool("read_file", "r", seen))
+    registry.register(lambda: FileTool("write_file", "w", seen))
+    return registry
+
+
+def write(cid: str, path: str = "notes/a.md", **kw: Any) -> ToolCall:
+    return ToolCall(cid, "write_file", {"path": path, "text": "x", **kw})
+
+
+class Scripted:
+    """An approver answering from a function, recording what it was shown."""
+
+    def __init__(self, answer: Any = True, delay: float = 0.0, by: str = "ann") -> None:
+        self.answer, self.delay, self.by = answer, delay, by
+        self.requests: list[ApprovalRequest] = []
+        self.told: list[ApprovalAnswer] = []
+
+    async def request(self, request: ApprovalRequest) -> ApprovalAnswer:
+        self.requests.append(request)
+        await trio.sleep(self.delay)
+        answer = self.answer(request) if callable(self.answer) else self.answer
+        return ApprovalAnswer(answer, self.by, "" if answer else "not now")
+
+    def resolved(self, request: ApprovalRequest, answer: ApprovalAnswer) -> None:
+        self.told.append(answer)

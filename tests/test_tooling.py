@@ -1,10 +1,16 @@
-"""The tooling gates run with the tests: ruff lint and mypy strict on src/."""
+"""The tooling gates run with the tests.
+
+Ruff lint and mypy strict on src/; CI runs the README's test command against
+the pins in constraints.txt; branch coverage has a floor that only goes up.
+"""
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -30,3 +36,57 @@ def test_ruff_is_clean():
 def test_mypy_strict_is_clean():
     result = _run(sys.executable, "-m", "mypy")
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def _readme_test_commands() -> list[str]:
+    """The README's test command (pinned) and the one under it (latest releases)."""
+    section = (ROOT / "README.md").read_text().split("Run the tests")[1].split("\n## ")[0]
+    pinned = section.split("```sh\n")[1].split("\n")[0]
+    latest = section.split("Against the latest releases instead: `")[1].split("`")[0]
+    return [pinned, latest]
+
+
+def test_ci_runs_exactly_the_readme_test_command_against_the_pins():
+    pinned, latest = _readme_test_commands()
+    assert '-c constraints.txt -e ".[test]"' in pinned
+    assert pinned.endswith("&& .venv/bin/python -m pytest")
+    ci = (ROOT / ".ci" / "run").read_text().splitlines()
+    assert "set -euo pipefail" in ci  # a failing test, floor or exit 5 fails CI
+    assert ci[-1] == pinned
+    assert "constraints" not in latest
+    assert "-U --upgrade-strategy eager" in latest
+    assert latest in (ROOT / "tests" / "README.md").read_text()
+
+
+def _name(requirement: str) -> str:
+    """A requirement's project name, normalized (PEP 503)."""
+    name = re.match(r"[A-Za-z0-9._-]+", requirement.strip())
+    assert name, requirement
+    return re.sub(r"[-_.]+", "-", name.group()).lower()
+
+
+def test_constraints_pin_every_dependency_of_the_test_extra():
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    lines = (ROOT / "constraints.txt").read_text().splitlines()
+    pins = [line for line in lines if line and not line.startswith("#")]
+    assert all(re.fullmatch(r"[A-Za-z0-9._-]+==\S+", pin) for pin in pins), pins
+    pinned = {_name(pin) for pin in pins}
+    assert "toolexec" not in pinned
+    wanted = {_name(r) for r in project["dependencies"] + project["optional-dependencies"]["test"]}
+    assert wanted <= pinned, f"run tools/pin-constraints.sh: {sorted(wanted - pinned)} unpinned"
+
+
+# Branch coverage of the whole suite when the floor was set. The floor in
+# pyproject.toml starts here and only goes up: when coverage rises, raise
+# fail_under to the new total rounded down; never lower it.
+FLOOR_WHEN_SET = 89
+
+
+def test_branch_coverage_is_measured_with_a_floor_that_only_goes_up():
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]
+    addopts = config["pytest"]["ini_options"]["addopts"]
+    assert {"--cov=toolexec", "--cov-branch"} <= set(addopts)
+    assert config["coverage"]["run"] == {"branch": True, "source": ["toolexec"]}
+    floor = config["coverage"]["report"]["fail_under"]
+    assert isinstance(floor, int)
+    assert floor >= FLOOR_WHEN_SET, "the coverage floor is raised, never lowered"
