@@ -10,7 +10,8 @@ Theory of operation. ``run_call`` drives a call through its lifecycle:
    cancelled while the call waited, since the nowait fast path does not look.
 3. *Start* (``_start``): the deadline (the tool's, tightened by the grant)
    and the ``ToolContext``.
-4. *Execute*: the tool, or the backend its grant names, under the deadline.
+4. *Execute* (in ``run_call``): the tool, or the backend its grant names,
+   under the deadline.
    Every exception becomes a result; ``trio.Cancelled`` and
    ``KeyboardInterrupt`` are never caught here.
 5. *Conclude* (``_conclude``): the output checked, capped and made a result.
@@ -81,13 +82,22 @@ class Admission:
         self._class_limiter = pools.by_class[slot.routing]
 
     async def __aenter__(self) -> None:
-        if self._tool_limiter is not None:
-            await _acquire(self._tool_limiter, self._slot)
+        # The nowait fast path skips the two scheduling round trips of the async
+        # acquire when a token is free; nowait never jumps the queue of waiters.
+        slot, tool, group = self._slot, self._tool_limiter, self._class_limiter
+        if tool is not None:
+            try:
+                tool.acquire_on_behalf_of_nowait(slot)
+            except trio.WouldBlock:
+                await tool.acquire_on_behalf_of(slot)
         try:
-            await _acquire(self._class_limiter, self._slot)
+            try:
+                group.acquire_on_behalf_of_nowait(slot)
+            except trio.WouldBlock:
+                await group.acquire_on_behalf_of(slot)
         except BaseException:
-            if self._tool_limiter is not None:
-                self._tool_limiter.release_on_behalf_of(self._slot)
+            if tool is not None:
+                tool.release_on_behalf_of(slot)
             raise
 
     async def __aexit__(
@@ -101,15 +111,6 @@ class Admission:
             self._tool_limiter.release_on_behalf_of(self._slot)
 
 
-async def _acquire(limiter: trio.CapacityLimiter, slot: CallSlot) -> None:
-    # The fast path skips the two scheduling round trips of the async acquire
-    # when a token is free; nowait never jumps the queue of waiting calls.
-    try:
-        limiter.acquire_on_behalf_of_nowait(slot)
-    except trio.WouldBlock:
-        await limiter.acquire_on_behalf_of(slot)
-
-
 async def run_call(rt: Runtime, slot: CallSlot, report: Reporter) -> None:
     """Run one queued call to its result, and report it."""
     if slot.needs_approval is not None:
@@ -117,40 +118,38 @@ async def run_call(rt: Runtime, slot: CallSlot, report: Reporter) -> None:
         denial = await rt.asker.ask(slot, report)
         if denial is not None:
             slot.finish(denial)
-            report.settle(slot)
+            if report.observed:
+                report.settle(slot)
             return
     slot.advance(State.ADMITTING)
     async with Admission(rt.pools, slot):
         # A cancel may have landed while this call waited for its turn (or
         # before the batch ran): never start a tool after it.
         await trio.lowlevel.checkpoint_if_cancelled()
-        slot.finish(await _execute(rt, slot, report))
-    report.settle(slot)
-
-
-async def _execute(rt: Runtime, slot: CallSlot, report: Reporter) -> ToolResult:
-    entry = slot.entry
-    assert entry is not None
-    ctx, start, timeout = _start(rt, slot, report)
-    output: object = None
-    failure: ToolResult | None = None
-    rt.in_flight += 1
-    try:
-        with trio.CancelScope(deadline=start + timeout) as scope:
-            tool = entry.factory()
-            if slot.backend is None:
-                output = await tool.execute(slot.arguments, ctx)
-            else:
-                output = await slot.backend.run(tool, slot.arguments, ctx)
-    except ToolError as exc:
-        failure = error_result(slot, exc.error_class, exc.message)
-    except Exception as exc:
-        failure = _crashed(slot, exc)
-    finally:
-        rt.in_flight -= 1
-    if scope.cancel_called:
-        failure = error_result(slot, ErrorClass.TIMEOUT, say.timed_out(slot.call.name, timeout))
-    return _conclude(slot, output, failure, trio.current_time() - start)
+        entry = slot.entry
+        assert entry is not None
+        ctx, start, timeout = _start(rt, slot, report)
+        output: object = None
+        failure: ToolResult | None = None
+        rt.in_flight += 1
+        try:
+            with trio.CancelScope(deadline=start + timeout) as scope:
+                tool = entry.factory()
+                if slot.backend is None:
+                    output = await tool.execute(slot.arguments, ctx)
+                else:
+                    output = await slot.backend.run(tool, slot.arguments, ctx)
+        except ToolError as exc:
+            failure = error_result(slot, exc.error_class, exc.message)
+        except Exception as exc:
+            failure = _crashed(slot, exc)
+        finally:
+            rt.in_flight -= 1
+        if scope.cancel_called:
+            failure = error_result(slot, ErrorClass.TIMEOUT, say.timed_out(slot.call.name, timeout))
+        slot.finish(_conclude(slot, output, failure, trio.current_time() - start))
+    if report.observed:
+        report.settle(slot)
 
 
 def _start(rt: Runtime, slot: CallSlot, report: Reporter) -> tuple[ToolContext, float, float]:

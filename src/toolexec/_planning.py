@@ -27,12 +27,10 @@ from ._policy import HOST_GRANT, Allow, Ask, Deny
 from ._types import ErrorClass, RoutingClass, SideEffects
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
-
     from ._approval import ApprovalConfig
     from ._backend import Backend
     from ._hooks import CallHook
-    from ._policy import Decision, ToolPolicy
+    from ._policy import ToolPolicy
     from ._registry import RegisteredTool, ToolRegistry
     from ._types import PathResolver, ToolResult
 
@@ -55,27 +53,21 @@ class Planner:
     promoted: frozenset[str]
     agent_path: str
     backends: Mapping[str, Backend]
-    _steps: tuple[Callable[[CallSlot], ToolResult | None], ...] = attrs.field(init=False)
-
-    def __attrs_post_init__(self) -> None:
-        steps: tuple[Callable[[CallSlot], ToolResult | None], ...] = (
-            self._lookup,
-            self._parse,
-            self._validate,
-            self._hooks,
-            self._decide,
-            self._approval_mode,
-            self._backend,
-        )
-        object.__setattr__(self, "_steps", steps)
 
     def plan_call(self, slot: CallSlot) -> None:
         """Answer the call at once, or route it and queue it."""
-        for step in self._steps:
-            failure = step(slot)
-            if failure is not None:
-                slot.finish(failure)
-                return
+        failure = (
+            self._lookup(slot)
+            or self._parse(slot)
+            or self._validate(slot)
+            or (self._hooks(slot) if self.hooks else None)
+            or self._decide(slot)
+            or self._approval_mode(slot)
+            or self._backend(slot)
+        )
+        if failure is not None:
+            slot.finish(failure)
+            return
         slot.routing = self._route(slot)
         slot.advance(State.QUEUED)
 
@@ -107,6 +99,11 @@ class Planner:
 
     def _validate(self, slot: CallSlot, *, rewritten: bool = False) -> ToolResult | None:
         assert slot.entry is not None
+        try:
+            if slot.entry.schema.is_valid(slot.arguments):
+                return None
+        except (TypeError, ValueError):
+            pass  # a value JSON has no type for: violations_of words it
         violations = violations_of(slot.entry, slot.arguments)
         if not violations:
             return None
@@ -135,7 +132,13 @@ class Planner:
 
     def _decide(self, slot: CallSlot) -> ToolResult | None:
         assert slot.entry is not None
-        decision = self._ask_policy(slot.entry, slot.arguments)
+        try:
+            decision = self.policy.decide(slot.entry.definition, slot.arguments, self.agent_path)
+        except Exception as exc:  # fail closed, like a hook that raises
+            _log.exception("policy %r raised; denying the call", self.policy)
+            decision = Deny(say.policy_failed(exc))
+        if not isinstance(decision, (Allow, Ask, Deny)):
+            decision = Deny(say.policy_not_a_decision(decision))
         if isinstance(decision, Deny):
             text = say.denied(slot.call.name, decision.reason)
             return error_result(slot, ErrorClass.PERMISSION_DENIED, text)
@@ -145,17 +148,9 @@ class Planner:
             slot.needs_approval = ApprovalMode.PROMPT
         return None
 
-    def _ask_policy(self, entry: RegisteredTool, arguments: Mapping[str, Any]) -> Decision:
-        try:
-            decision = self.policy.decide(entry.definition, arguments, self.agent_path)
-        except Exception as exc:  # fail closed, like a hook that raises
-            _log.exception("policy %r raised; denying the call", self.policy)
-            return Deny(say.policy_failed(exc))
-        if not isinstance(decision, (Allow, Ask, Deny)):
-            return Deny(say.policy_not_a_decision(decision))
-        return decision
-
     def _approval_mode(self, slot: CallSlot) -> ToolResult | None:
+        if self.approval is None and slot.needs_approval is None:
+            return None  # nobody to ask, and the policy did not ask
         assert slot.entry is not None
         definition = slot.entry.definition
         mode = ApprovalMode.AUTO
@@ -173,7 +168,7 @@ class Planner:
 
     def _backend(self, slot: CallSlot) -> ToolResult | None:
         grant = slot.grant or HOST_GRANT
-        if grant.sandbox == "host":
+        if grant is HOST_GRANT or grant.sandbox == "host":
             return None
         slot.backend = self.backends.get(grant.sandbox)
         if slot.backend is None:
