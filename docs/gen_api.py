@@ -133,7 +133,8 @@ SECTIONS = {
     "Errors": ["ToolexecError", "RegistrationError", "InternalError", "ToolError"],
 }
 SUBMODULES = {
-    "toolexec.formats": "Provider formats and model adapters (extras `openai`, `anthropic`)",
+    "toolexec.formats": "Provider formats",
+    "toolexec.models": "Model adapters (extras `openai`, `anthropic`)",
     "toolexec.mcp": "MCP tool sources (extra `mcp`)",
     "toolexec.testing": "Test helpers",
 }
