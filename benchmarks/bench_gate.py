@@ -14,19 +14,9 @@ import time
 
 import trio
 
-from toolexec import (
-    ApprovalConfig,
-    AutoApprover,
-    CommandPrefix,
-    PathGlob,
-    Rule,
-    RulePolicy,
-    SideEffects,
-    ToolCall,
-    ToolExecutor,
-    ToolRegistry,
-    function_tool,
-)
+from toolexec import SideEffects, ToolCall, ToolExecutor, ToolRegistry, function_tool
+from toolexec.approval import ApprovalConfig, AutoApprover
+from toolexec.policy import CommandPrefix, PathGlob, Rule, RulePolicy
 
 N = 1000
 REPEATS = 15

@@ -133,6 +133,10 @@ SECTIONS = {
     "Errors": ["ToolexecError", "RegistrationError", "InternalError", "ToolError"],
 }
 SUBMODULES = {
+    "toolexec.events": "Events and sinks",
+    "toolexec.policy": "Rules, capabilities and hooks",
+    "toolexec.approval": "Approval",
+    "toolexec.tools": "Built-in tools",
     "toolexec.formats": "Provider formats",
     "toolexec.models": "Model adapters (extras `openai`, `anthropic`)",
     "toolexec.mcp": "MCP tool sources (extra `mcp`)",

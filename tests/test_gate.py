@@ -17,31 +17,9 @@ import trio.testing
 from conftest import KVTool, Recorder
 from toolexec import (
     Allow,
-    ApprovalAnswer,
-    ApprovalConfig,
-    ApprovalMode,
-    ApprovalRequest,
-    AutoApprover,
-    CallbackSink,
-    CallFailed,
-    CallHook,
-    Capabilities,
-    CapabilityPolicy,
-    ComposedPolicy,
     ErrorClass,
-    Event,
-    ExecutionGrant,
-    FirstAnswer,
     JsonContent,
-    JsonlAuditSink,
-    PathGlob,
-    PathGrant,
-    Prefix,
-    Rewrite,
-    Rule,
-    RulePolicy,
     SideEffects,
-    Skip,
     ToolCall,
     ToolContext,
     ToolDefinition,
@@ -51,9 +29,32 @@ from toolexec import (
     ToolRegistry,
     Workspace,
     function_tool,
-    register_builtin_tools,
 )
 from toolexec._approval import display_text
+from toolexec.approval import (
+    ApprovalAnswer,
+    ApprovalConfig,
+    ApprovalMode,
+    ApprovalRequest,
+    AutoApprover,
+    FirstAnswer,
+)
+from toolexec.events import CallbackSink, CallFailed, Event, JsonlAuditSink
+from toolexec.policy import (
+    CallHook,
+    Capabilities,
+    CapabilityPolicy,
+    ComposedPolicy,
+    ExecutionGrant,
+    PathGlob,
+    PathGrant,
+    Prefix,
+    Rewrite,
+    Rule,
+    RulePolicy,
+    Skip,
+)
+from toolexec.tools import register_builtin_tools
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -458,6 +459,7 @@ def test_audit_log_survives_a_crash_mid_batch(tmp_path: Path):
     script = textwrap.dedent(f"""
         import os, signal, trio
         from toolexec import *
+        from toolexec.events import JsonlAuditSink
 
         @function_tool(side_effects=SideEffects.READ)
         async def step(n: int) -> str:

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from ._adapters import AnthropicModel, OpenAIChatModel, OpenAIResponsesModel
 from ._model import Message, Model, ModelResponse, Usage
-from ._public import fixup_module_metadata
+from ._public import fixup_module_metadata as _fixup_module_metadata
 
 __all__ = [
     "AnthropicModel",
@@ -32,4 +32,4 @@ __all__ = [
     "Usage",
 ]
 
-fixup_module_metadata(__name__, __all__)
+_fixup_module_metadata(__name__, __all__)
