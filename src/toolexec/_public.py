@@ -21,6 +21,11 @@ package uses ``from __future__ import annotations``) in the namespace of
 annotation that evaluates in the defining module is replaced by its value,
 so hints that resolved before still resolve; names imported only under
 ``TYPE_CHECKING`` stay strings, as unresolvable as they were.
+
+The price, as in trio: ``inspect.getsource`` and ``inspect.getfile`` find a
+class through its module, so for a public class they look in the public
+module and fail. Functions and methods keep their code objects' file, and
+tracebacks are unaffected.
 """
 
 from __future__ import annotations
