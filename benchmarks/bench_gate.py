@@ -14,19 +14,9 @@ import time
 
 import trio
 
-from toolexec import (
-    ApprovalConfig,
-    AutoApprover,
-    CommandPrefix,
-    PathGlob,
-    Rule,
-    RulePolicy,
-    SideEffects,
-    ToolCall,
-    ToolExecutor,
-    ToolRegistry,
-    function_tool,
-)
+from toolexec import SideEffects, ToolCall, ToolExecutor, ToolRegistry, function_tool
+from toolexec.approval import ApprovalConfig, AutoApprover
+from toolexec.policy import CommandPrefix, PathGlob, Rule, RulePolicy
 
 N = 1000
 REPEATS = 15
@@ -63,8 +53,9 @@ def main() -> None:
     registry = ToolRegistry()
     registry.register(noop)
     bare = ToolExecutor(registry)
-    gated = ToolExecutor(registry, policy=fifty_rules(), approver=AutoApprover(),
-                         approval=ApprovalConfig.auto())
+    gated = ToolExecutor(
+        registry, policy=fifty_rules(), approver=AutoApprover(), approval=ApprovalConfig.auto()
+    )
     per_call(bare)  # warm up
     results = []
     for _ in range(3):  # interleave so machine noise hits both alike

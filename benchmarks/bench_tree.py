@@ -34,7 +34,7 @@ from toolexec import (
 from toolexec.testing import ScriptedModel
 
 if TYPE_CHECKING:
-    from toolexec import Message
+    from toolexec.models import Message
 
 FAN_OUT = 10
 REPEATS = 5

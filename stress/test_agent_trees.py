@@ -45,15 +45,9 @@ from toolexec import (
     AgentLoop,
     AgentTree,
     Batched,
-    CallbackSink,
-    CallCompleted,
-    CallFailed,
-    CallStarted,
     ConcurrencyConfig,
     ErrorClass,
-    Event,
     ExecutionStrategy,
-    ModelResponse,
     Parallel,
     RoutingClass,
     Sequential,
@@ -65,11 +59,14 @@ from toolexec import (
     TreeLimits,
     function_tool,
 )
+from toolexec.events import CallbackSink, CallCompleted, CallFailed, CallStarted, Event
+from toolexec.models import ModelResponse
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from toolexec import Message, ToolDefinition
+    from toolexec import ToolDefinition
+    from toolexec.models import Message
 
 Kind = Literal["read", "write", "promo", "unknown", "sub"]
 MAX_DEPTH = 4

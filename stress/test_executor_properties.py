@@ -64,12 +64,8 @@ from toolexec import (
     Batch,
     Batched,
     BatchOutcome,
-    CallbackSink,
-    CallCompleted,
-    CallFailed,
     ConcurrencyConfig,
     ErrorClass,
-    Event,
     ExecutionStrategy,
     FunctionTool,
     Parallel,
@@ -84,6 +80,7 @@ from toolexec import (
     ToolRegistry,
     function_tool,
 )
+from toolexec.events import CallbackSink, CallCompleted, CallFailed, Event
 
 if TYPE_CHECKING:
     from collections.abc import Mapping

@@ -21,7 +21,8 @@ from tests.conftest import group_members, live_tasks, open_fds
 
 import toolexec._shell
 from stress.conftest import stress_profile
-from toolexec import ErrorClass, ShellTool, ToolCall, ToolExecutor, ToolRegistry, Workspace
+from toolexec import ErrorClass, ToolCall, ToolExecutor, ToolRegistry, Workspace
+from toolexec.tools import ShellTool
 
 TIMEOUT = 0.15
 GRACE = 0.1

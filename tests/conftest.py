@@ -14,16 +14,8 @@ import attrs
 import pytest
 import trio
 
-from toolexec import (
-    ApprovalAnswer,
-    ApprovalRequest,
-    SideEffects,
-    ToolCall,
-    ToolContext,
-    ToolDefinition,
-    ToolOutput,
-    ToolRegistry,
-)
+from toolexec import SideEffects, ToolCall, ToolContext, ToolDefinition, ToolOutput, ToolRegistry
+from toolexec.approval import ApprovalAnswer, ApprovalRequest
 
 if TYPE_CHECKING:
     from collections.abc import Mapping

@@ -20,7 +20,6 @@ from pydantic import TypeAdapter
 
 from toolexec import (
     AgentLoop,
-    Message,
     SideEffects,
     TextContent,
     ToolCall,
@@ -29,7 +28,7 @@ from toolexec import (
     ToolResult,
     function_tool,
 )
-from toolexec.formats import AnthropicModel, OpenAIChatModel, OpenAIResponsesModel
+from toolexec.models import AnthropicModel, Message, OpenAIChatModel, OpenAIResponsesModel
 
 openai = pytest.importorskip("openai")
 anthropic = pytest.importorskip("anthropic")

@@ -9,21 +9,16 @@ import trio.testing
 from conftest import live_tasks
 from toolexec import (
     AgentLoop,
-    CallbackSink,
-    CallFailed,
     ErrorClass,
-    Event,
-    Message,
-    Model,
-    ModelResponse,
     Sequential,
     SideEffects,
     StopReason,
     ToolExecutor,
     ToolRegistry,
-    Usage,
     function_tool,
 )
+from toolexec.events import CallbackSink, CallFailed, Event
+from toolexec.models import Message, Model, ModelResponse, Usage
 from toolexec.testing import ScriptedModel, ScriptExhaustedError, tool_call
 
 

@@ -9,23 +9,17 @@ import trio
 import trio.testing
 
 from conftest import KVTool, Recorder, Scripted, write
-from toolexec import (
+from toolexec import ErrorClass, SideEffects, ToolCall, ToolExecutor, ToolRegistry
+from toolexec._approval import display_text
+from toolexec.approval import (
     ApprovalAnswer,
     ApprovalConfig,
     ApprovalMode,
     ApprovalRequest,
     AutoApprover,
-    ErrorClass,
     FirstAnswer,
-    Prefix,
-    Rule,
-    RulePolicy,
-    SideEffects,
-    ToolCall,
-    ToolExecutor,
-    ToolRegistry,
 )
-from toolexec._approval import display_text
+from toolexec.policy import Prefix, Rule, RulePolicy
 
 
 async def test_denied_by_user(registry: ToolRegistry, seen: list):

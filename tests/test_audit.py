@@ -11,14 +11,9 @@ import textwrap
 from typing import TYPE_CHECKING
 
 from conftest import Scripted, write
-from toolexec import (
-    JsonlAuditSink,
-    Rule,
-    RulePolicy,
-    ToolCall,
-    ToolExecutor,
-    ToolRegistry,
-)
+from toolexec import ToolCall, ToolExecutor, ToolRegistry
+from toolexec.events import JsonlAuditSink
+from toolexec.policy import Rule, RulePolicy
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -59,6 +54,7 @@ def test_audit_log_survives_a_crash_mid_batch(tmp_path: Path):
     script = textwrap.dedent(f"""
         import os, signal, trio
         from toolexec import *
+        from toolexec.events import JsonlAuditSink
 
         @function_tool(side_effects=SideEffects.READ)
         async def step(n: int) -> str:

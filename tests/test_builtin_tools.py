@@ -19,7 +19,6 @@ from toolexec import (
     ErrorClass,
     Parallel,
     RoutingClass,
-    SearchFilesTool,
     Sequential,
     SideEffects,
     ToolCall,
@@ -27,8 +26,8 @@ from toolexec import (
     ToolRegistry,
     ToolResult,
     Workspace,
-    register_builtin_tools,
 )
+from toolexec.tools import SearchFilesTool, register_builtin_tools
 
 if TYPE_CHECKING:
     from toolexec import ExecutionStrategy
@@ -120,7 +119,7 @@ async def test_read_file_caps_output_and_marks_bad_utf8(root: Path) -> None:
     (root / "wide.txt").write_text("x" * 60 + "\n" + "y" * 60 + "\n")
     (root / "latin.txt").write_bytes(b"caf\xe9\n")
     registry = ToolRegistry()
-    from toolexec import ReadFileTool
+    from toolexec.tools import ReadFileTool
 
     registry.register(ReadFileTool(Workspace(root), max_output_chars=100))
     ex = ToolExecutor(registry)

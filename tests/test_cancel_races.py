@@ -6,8 +6,6 @@ import trio
 import trio.testing
 
 from toolexec import (
-    CallbackSink,
-    CallCompleted,
     ConcurrencyConfig,
     ErrorClass,
     SideEffects,
@@ -16,6 +14,7 @@ from toolexec import (
     ToolRegistry,
     function_tool,
 )
+from toolexec.events import CallbackSink, CallCompleted
 
 
 def _registry(ran: list[str]) -> ToolRegistry:

@@ -251,16 +251,9 @@ def test_cli_doc_commands_run(workspace: Path, tmp_path: Path) -> None:
 
 
 async def test_trace_phases_follow_the_executor_on_a_mock_clock(autojump_clock: object) -> None:
-    from toolexec import (
-        ApprovalAnswer,
-        ApprovalRequest,
-        SideEffects,
-        ToolCall,
-        ToolExecutor,
-        ToolRegistry,
-        function_tool,
-    )
+    from toolexec import SideEffects, ToolCall, ToolExecutor, ToolRegistry, function_tool
     from toolexec._trace import TraceRecorder
+    from toolexec.approval import ApprovalAnswer, ApprovalRequest
 
     @function_tool(side_effects=SideEffects.READ)
     async def look(seconds: int) -> str:

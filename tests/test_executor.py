@@ -12,8 +12,6 @@ import trio.testing
 from conftest import KVTool, Recorder
 from toolexec import (
     Batched,
-    CallbackSink,
-    CallFailed,
     ConcurrencyConfig,
     Deny,
     ErrorClass,
@@ -28,6 +26,7 @@ from toolexec import (
     function_tool,
 )
 from toolexec._policy import ALLOW
+from toolexec.events import CallbackSink, CallFailed
 
 
 def make_registry(rec: Recorder, delay: float = 1.0) -> ToolRegistry:

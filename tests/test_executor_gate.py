@@ -14,7 +14,6 @@ from conftest import write
 from toolexec import (
     Allow,
     ErrorClass,
-    ExecutionGrant,
     JsonContent,
     SideEffects,
     ToolCall,
@@ -23,6 +22,7 @@ from toolexec import (
     ToolRegistry,
     function_tool,
 )
+from toolexec.policy import ExecutionGrant
 
 
 async def test_arguments_json_cannot_build_are_invalid_and_the_rest_run(

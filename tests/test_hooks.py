@@ -5,17 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from conftest import write
-from toolexec import (
-    CallHook,
-    ErrorClass,
-    PathGlob,
-    Rewrite,
-    Rule,
-    RulePolicy,
-    Skip,
-    ToolExecutor,
-    ToolRegistry,
-)
+from toolexec import ErrorClass, ToolExecutor, ToolRegistry
+from toolexec.policy import CallHook, PathGlob, Rewrite, Rule, RulePolicy, Skip
 
 
 class Rewriter(CallHook):

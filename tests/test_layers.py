@@ -77,7 +77,18 @@ LAYERS: dict[str, str] = {
     "_cli": "cli",
     # The public face: re-exports only.
     **dict.fromkeys(
-        ["__init__", "__main__", "events", "policy", "approval", "tools", "models"], "api"
+        [
+            "__init__",
+            "__main__",
+            "_public",
+            "events",
+            "policy",
+            "approval",
+            "backends",
+            "tools",
+            "models",
+        ],
+        "api",
     ),
 }
 

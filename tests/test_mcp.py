@@ -28,12 +28,7 @@ from mcp_servers.fixtures import (
 )
 from toolexec import (
     Allow,
-    CallbackSink,
-    CallProgress,
-    Decision,
     ErrorClass,
-    Event,
-    ExecutionGrant,
     RegistrationError,
     RoutingClass,
     SideEffects,
@@ -42,6 +37,7 @@ from toolexec import (
     ToolRegistry,
     function_tool,
 )
+from toolexec.events import CallbackSink, CallProgress, Event
 from toolexec.mcp import (
     MCPConnectionError,
     MCPServerConfig,
@@ -49,6 +45,7 @@ from toolexec.mcp import (
     open_mcp_servers,
     parse_mcp_servers,
 )
+from toolexec.policy import Decision, ExecutionGrant
 
 if TYPE_CHECKING:
     from toolexec import ToolResult

@@ -8,25 +8,18 @@ from typing import TYPE_CHECKING
 import pytest
 
 from conftest import Scripted, write
-from toolexec import (
-    CallbackSink,
-    CallFailed,
+from toolexec import ErrorClass, ToolCall, ToolDefinition, ToolExecutor, ToolRegistry, Workspace
+from toolexec.events import CallbackSink, CallFailed, Event
+from toolexec.policy import (
     Capabilities,
     CapabilityPolicy,
     ComposedPolicy,
-    ErrorClass,
-    Event,
     PathGlob,
     PathGrant,
     Rule,
     RulePolicy,
-    ToolCall,
-    ToolDefinition,
-    ToolExecutor,
-    ToolRegistry,
-    Workspace,
-    register_builtin_tools,
 )
+from toolexec.tools import register_builtin_tools
 
 if TYPE_CHECKING:
     from pathlib import Path

@@ -11,10 +11,7 @@ import trio.testing
 
 from toolexec import (
     Allow,
-    Backend,
     ErrorClass,
-    ExecutionGrant,
-    HostBackend,
     RoutingClass,
     SideEffects,
     ToolCall,
@@ -26,11 +23,14 @@ from toolexec import (
     ToolRegistry,
     function_tool,
 )
+from toolexec.backends import Backend, HostBackend
+from toolexec.policy import ExecutionGrant
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-    from toolexec import Decision, Tool
+    from toolexec import Tool
+    from toolexec.policy import Decision
 
 
 @attrs.frozen

@@ -16,13 +16,8 @@ import toolexec._shell
 from conftest import group_members, open_fds
 from toolexec import (
     Allow,
-    CallbackSink,
-    CallCompleted,
-    CallUpdate,
     ErrorClass,
-    ExecutionGrant,
     RoutingClass,
-    ShellTool,
     SideEffects,
     ToolCall,
     ToolContext,
@@ -30,9 +25,11 @@ from toolexec import (
     ToolRegistry,
     ToolResult,
     Workspace,
-    classify_shell_command,
 )
 from toolexec._shell import OutputCapture
+from toolexec.events import CallbackSink, CallCompleted, CallUpdate
+from toolexec.policy import ExecutionGrant
+from toolexec.tools import ShellTool, classify_shell_command
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -507,7 +504,8 @@ async def test_the_executor_deadline_kills_the_whole_tree(root: Path) -> None:
 async def test_a_plain_command_behaves_exactly_as_through_bash(root: Path, command: str) -> None:
     import subprocess
 
-    from toolexec import ShellTool, Workspace
+    from toolexec import Workspace
+    from toolexec.tools import ShellTool
 
     (root / "a.txt").write_text("x")
     tool = ShellTool(Workspace(root))
@@ -558,7 +556,8 @@ async def test_a_plain_command_behaves_exactly_as_through_bash(root: Path, comma
 def test_which_commands_take_the_direct_path(root: Path, command: str, direct: bool | None) -> None:
     import shutil
 
-    from toolexec import ShellTool, Workspace
+    from toolexec import Workspace
+    from toolexec.tools import ShellTool
 
     tool = ShellTool(Workspace(root))
     if direct is None:
@@ -567,7 +566,8 @@ def test_which_commands_take_the_direct_path(root: Path, command: str, direct: b
 
 
 def test_a_program_installed_later_is_found(root: Path, tmp_path: Path) -> None:
-    from toolexec import ShellTool, Workspace
+    from toolexec import Workspace
+    from toolexec.tools import ShellTool
 
     bindir = tmp_path / "bin"
     bindir.mkdir()
@@ -582,7 +582,8 @@ def test_a_program_installed_later_is_found(root: Path, tmp_path: Path) -> None:
 
 
 def test_a_program_added_within_the_same_clock_tick_is_found(root: Path, tmp_path: Path) -> None:
-    from toolexec import ShellTool, Workspace
+    from toolexec import Workspace
+    from toolexec.tools import ShellTool
 
     bindir = tmp_path / "bin"
     bindir.mkdir()

@@ -15,17 +15,9 @@ from toolexec import (
     AgentLoop,
     AgentTree,
     Allow,
-    CallbackSink,
-    CallCompleted,
-    CallFailed,
-    CallProgress,
-    CallStarted,
     ConcurrencyConfig,
     Deny,
     ErrorClass,
-    Event,
-    ExecutionGrant,
-    ModelResponse,
     Sequential,
     SideEffects,
     StopReason,
@@ -39,12 +31,23 @@ from toolexec import (
     TreeLimits,
     function_tool,
 )
+from toolexec.events import (
+    CallbackSink,
+    CallCompleted,
+    CallFailed,
+    CallProgress,
+    CallStarted,
+    Event,
+)
+from toolexec.models import ModelResponse
+from toolexec.policy import ExecutionGrant
 from toolexec.testing import ScriptedModel, tool_call
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-    from toolexec import Decision, Model
+    from toolexec.models import Model
+    from toolexec.policy import Decision
 
 
 @function_tool(side_effects=SideEffects.READ)

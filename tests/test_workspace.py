@@ -19,18 +19,16 @@ from typing import TYPE_CHECKING
 import pytest
 
 from toolexec import (
-    EditFileTool,
     ErrorClass,
-    SearchFilesTool,
     ToolCall,
     ToolError,
     ToolExecutor,
     ToolRegistry,
     Workspace,
     WorkspaceError,
-    register_builtin_tools,
 )
 from toolexec._builtins import _SearchState
+from toolexec.tools import EditFileTool, SearchFilesTool, register_builtin_tools
 
 if TYPE_CHECKING:
     from collections.abc import Iterator

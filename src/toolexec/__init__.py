@@ -1,80 +1,48 @@
 """toolexec: a concurrency-focused tool-call executor for LLM agents, built on trio.
 
-General layout: every module is private (``_name.py``) and holds one concept;
-this package only re-exports the public names. Anything not listed in
-``__all__`` may change without notice.
+General layout: every module that holds code is private (``_name.py``) and
+holds one concept. The public API comes in tiers, each a module that only
+re-exports:
+
+- ``toolexec``: what an embedder uses every day: the executor and registry,
+  calls, results and content, tools, concurrency and strategies, batches,
+  the policy basics, agent loops and sub-agents, the workspace, the errors.
+- ``toolexec.events``: events and the sinks that receive them.
+- ``toolexec.policy``: rules, matchers, capabilities and hooks (and the
+  policy basics again, as the same objects).
+- ``toolexec.approval``: approval modes and approvers.
+- ``toolexec.backends``: where calls run (the ``Backend`` seam).
+- ``toolexec.tools``: the built-in tools and ``register_builtin_tools``.
+- ``toolexec.models``: the ``Model`` protocol, its values, the SDK adapters.
+- ``toolexec.formats``, ``toolexec.mcp``, ``toolexec.testing``: provider
+  formats, MCP tool sources (extra ``mcp``), test helpers.
+
+Each name lives in exactly one of them and reports it as its
+``__module__``. Anything not listed in an ``__all__`` may change without
+notice.
 """
 
 from __future__ import annotations
 
-from . import formats as formats  # the provider-format submodule
+from . import approval as approval
+from . import backends as backends
+from . import events as events
+from . import formats as formats
+from . import models as models
+from . import policy as policy
+from . import tools as tools
 from ._agent import AgentLoop, AgentResult, StopReason
-from ._approval import (
-    ApprovalAnswer,
-    ApprovalConfig,
-    ApprovalMode,
-    ApprovalRequest,
-    Approver,
-    AutoApprover,
-    FirstAnswer,
-    TerminalApprover,
-)
-from ._audit import JsonlAuditSink
-from ._backend import Backend, HostBackend
 from ._batch import Batch, BatchOutcome, Steering
-from ._builtins import (
-    EchoTool,
-    EditFileTool,
-    ListDirTool,
-    ReadFileTool,
-    SearchFilesTool,
-    WriteFileTool,
-    register_builtin_tools,
-)
 from ._errors import InternalError, RegistrationError, ToolError, ToolexecError
-from ._events import (
-    ApprovalRequested,
-    ApprovalResolved,
-    BatchFinished,
-    BatchPlanned,
-    CallbackSink,
-    CallCompleted,
-    CallFailed,
-    CallProgress,
-    CallStarted,
-    CallUpdate,
-    ChannelSink,
-    Event,
-    EventSink,
-    InputInvalid,
-    RunFinished,
-    RunStarted,
-)
 from ._executor import ToolExecutor
 from ._function import FunctionTool, function_tool
-from ._hooks import CallHook, HookDecision, Rewrite, Skip
 from ._limits import ConcurrencyConfig, ExecutorStatistics, PoolStatistics
-from ._model import Message, Model, ModelResponse, Usage
 from ._plan import Batched, BatchPlan, ExecutionStrategy, Parallel, RunPlan, Sequential
-from ._policy import Allow, AllowAll, Ask, Decision, Deny, ExecutionGrant, ToolPolicy
+from ._policy import Allow, AllowAll, Ask, Deny, ToolPolicy
+from ._public import fixup_module_metadata as _fixup_module_metadata
 from ._registry import ToolRegistry
-from ._rules import (
-    Capabilities,
-    CapabilityPolicy,
-    CommandPrefix,
-    ComposedPolicy,
-    Equals,
-    Matcher,
-    PathGlob,
-    PathGrant,
-    Prefix,
-    Regex,
-    Rule,
-    RulePolicy,
-)
-from ._shell import ShellTool, classify_shell_command
 from ._subagent import AgentTree, SubAgentTool, TreeLimits, TreeStatistics
-from ._tool import Tool, ToolContext, ToolFactory
+from ._tool import Tool, ToolContext
 from ._types import (
     ContentBlock,
     ErrorClass,
@@ -88,7 +56,7 @@ from ._types import (
     ToolOutput,
     ToolResult,
 )
-from ._workspace import DirEntry, Workspace, WorkspaceError
+from ._workspace import Workspace, WorkspaceError
 
 __version__ = "0.1.0"
 
@@ -98,86 +66,31 @@ __all__ = [
     "AgentTree",
     "Allow",
     "AllowAll",
-    "ApprovalAnswer",
-    "ApprovalConfig",
-    "ApprovalMode",
-    "ApprovalRequest",
-    "ApprovalRequested",
-    "ApprovalResolved",
-    "Approver",
     "Ask",
-    "AutoApprover",
-    "Backend",
     "Batch",
-    "BatchFinished",
     "BatchOutcome",
     "BatchPlan",
-    "BatchPlanned",
     "Batched",
-    "CallCompleted",
-    "CallFailed",
-    "CallHook",
-    "CallProgress",
-    "CallStarted",
-    "CallUpdate",
-    "CallbackSink",
-    "Capabilities",
-    "CapabilityPolicy",
-    "ChannelSink",
-    "CommandPrefix",
-    "ComposedPolicy",
     "ConcurrencyConfig",
     "ContentBlock",
-    "Decision",
     "Deny",
-    "DirEntry",
-    "EchoTool",
-    "EditFileTool",
-    "Equals",
     "ErrorClass",
-    "Event",
-    "EventSink",
-    "ExecutionGrant",
     "ExecutionStrategy",
     "ExecutorStatistics",
-    "FirstAnswer",
     "FunctionTool",
-    "HookDecision",
-    "HostBackend",
     "ImageContent",
-    "InputInvalid",
     "InternalError",
     "JsonContent",
-    "JsonlAuditSink",
-    "ListDirTool",
-    "Matcher",
-    "Message",
-    "Model",
-    "ModelResponse",
     "Parallel",
-    "PathGlob",
-    "PathGrant",
     "PoolStatistics",
-    "Prefix",
-    "ReadFileTool",
-    "Regex",
     "RegistrationError",
-    "Rewrite",
     "RoutingClass",
-    "Rule",
-    "RulePolicy",
-    "RunFinished",
     "RunPlan",
-    "RunStarted",
-    "SearchFilesTool",
     "Sequential",
-    "ShellTool",
     "SideEffects",
-    "Skip",
     "Steering",
     "StopReason",
     "SubAgentTool",
-    "TerminalApprover",
     "TextContent",
     "Tool",
     "ToolCall",
@@ -185,7 +98,6 @@ __all__ = [
     "ToolDefinition",
     "ToolError",
     "ToolExecutor",
-    "ToolFactory",
     "ToolOutput",
     "ToolPolicy",
     "ToolRegistry",
@@ -193,11 +105,9 @@ __all__ = [
     "ToolexecError",
     "TreeLimits",
     "TreeStatistics",
-    "Usage",
     "Workspace",
     "WorkspaceError",
-    "WriteFileTool",
-    "classify_shell_command",
     "function_tool",
-    "register_builtin_tools",
 ]
+
+_fixup_module_metadata(__name__, __all__)

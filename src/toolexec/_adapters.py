@@ -9,7 +9,7 @@ run on anyio, so they work under trio as they do under asyncio.
 
 Example::
 
-    from toolexec.formats import OpenAIChatModel
+    from toolexec.models import OpenAIChatModel
 
     model = OpenAIChatModel("gpt-4.1-mini")          # reads OPENAI_API_KEY
     result = await AgentLoop(model, executor).run("Summarise README.md")

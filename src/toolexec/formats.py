@@ -47,11 +47,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "FORMATS",
-    "AnthropicModel",
     "FormatError",
     "FormatName",
-    "OpenAIChatModel",
-    "OpenAIResponsesModel",
     "detect_format",
     "parse_calls",
     "parse_response",
@@ -487,7 +484,3 @@ def render_assistant(
         for c in calls
     ]
     return [{"role": "assistant", "content": blocks}]
-
-
-# The model adapters live beside the formats they speak (imported last: they use them).
-from ._adapters import AnthropicModel, OpenAIChatModel, OpenAIResponsesModel  # noqa: E402

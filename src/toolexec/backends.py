@@ -1,0 +1,28 @@
+"""Where calls run: the backend seam, and the backends that come with toolexec.
+
+A policy's grant names a sandbox (``ExecutionGrant(sandbox="box")``); the
+executor hands each admitted call to the ``Backend`` it was given under that
+name (``ToolExecutor(..., backends={"box": MyBackend()})``), or runs it on
+the host. Admission, order, deadlines and the one-result rule stay with the
+executor, whatever the backend.
+
+Example::
+
+    from toolexec.backends import Backend
+
+    class Recorded:
+        async def run(self, tool, arguments, ctx):
+            print("running", ctx.tool_name, "in", ctx.grant.sandbox)
+            return await tool.execute(arguments, ctx)
+
+    assert isinstance(Recorded(), Backend)
+"""
+
+from __future__ import annotations
+
+from ._backend import Backend, HostBackend
+from ._public import fixup_module_metadata as _fixup_module_metadata
+
+__all__ = ["Backend", "HostBackend"]
+
+_fixup_module_metadata(__name__, __all__)

@@ -1,0 +1,63 @@
+"""Events: what the executor reports while it works, and the sinks that take it.
+
+Every event is a frozen value naming the agent path and the batch it
+happened in; ``Event`` is their union. Give sinks to the executor
+(``ToolExecutor(registry, sinks=[...])``): ``CallbackSink`` calls a function,
+``ChannelSink`` feeds a bounded trio channel, ``JsonlAuditSink`` appends one
+JSON line per event. Emitting never blocks a call and never raises into it.
+
+Example::
+
+    from toolexec.events import CallbackSink, CallFailed
+
+    def show(event):
+        if isinstance(event, CallFailed):
+            print(event.call_id, event.error_class)
+
+    executor = ToolExecutor(registry, sinks=[CallbackSink(show)])
+"""
+
+from __future__ import annotations
+
+from ._audit import JsonlAuditSink
+from ._events import (
+    ApprovalRequested,
+    ApprovalResolved,
+    BatchFinished,
+    BatchPlanned,
+    CallbackSink,
+    CallCompleted,
+    CallFailed,
+    CallProgress,
+    CallStarted,
+    CallUpdate,
+    ChannelSink,
+    Event,
+    EventSink,
+    InputInvalid,
+    RunFinished,
+    RunStarted,
+)
+from ._public import fixup_module_metadata as _fixup_module_metadata
+
+__all__ = [
+    "ApprovalRequested",
+    "ApprovalResolved",
+    "BatchFinished",
+    "BatchPlanned",
+    "CallCompleted",
+    "CallFailed",
+    "CallProgress",
+    "CallStarted",
+    "CallUpdate",
+    "CallbackSink",
+    "ChannelSink",
+    "Event",
+    "EventSink",
+    "InputInvalid",
+    "JsonlAuditSink",
+    "RunFinished",
+    "RunStarted",
+]
+
+_fixup_module_metadata(__name__, __all__)

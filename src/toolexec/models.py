@@ -1,0 +1,35 @@
+"""Models: what an ``AgentLoop`` talks to, and adapters over the official SDKs.
+
+A ``Model`` answers a conversation of ``Message`` values, given the tool
+definitions, with a ``ModelResponse``: text, tool calls, and ``Usage``.
+``OpenAIChatModel``, ``OpenAIResponsesModel`` and ``AnthropicModel`` are
+models over the ``openai`` and ``anthropic`` async clients (extras
+``openai`` and ``anthropic``; the SDK is imported only when an adapter
+builds its own client). They speak the wire formats of ``toolexec.formats``.
+
+Example::
+
+    from toolexec.models import OpenAIChatModel
+
+    model = OpenAIChatModel("gpt-4.1-mini")          # reads OPENAI_API_KEY
+    result = await AgentLoop(model, executor).run("Summarise README.md")
+    await model.aclose()
+"""
+
+from __future__ import annotations
+
+from ._adapters import AnthropicModel, OpenAIChatModel, OpenAIResponsesModel
+from ._model import Message, Model, ModelResponse, Usage
+from ._public import fixup_module_metadata as _fixup_module_metadata
+
+__all__ = [
+    "AnthropicModel",
+    "Message",
+    "Model",
+    "ModelResponse",
+    "OpenAIChatModel",
+    "OpenAIResponsesModel",
+    "Usage",
+]
+
+_fixup_module_metadata(__name__, __all__)

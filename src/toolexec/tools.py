@@ -1,0 +1,51 @@
+"""Tools that come with toolexec, and the factory type a registry takes.
+
+``register_builtin_tools(registry, workspace)`` registers them all:
+``read_file``, ``write_file``, ``edit_file``, ``list_dir`` and
+``search_files`` over a ``Workspace``, ``shell`` (bash in the workspace,
+its own process group, an allow-listed environment), and ``echo``. To tune
+one, register its class yourself. ``classify_shell_command`` is the
+read-only test ``ShellTool`` routes by; ``DirEntry`` is what
+``Workspace.list_dir`` returns. Every class here is a ``ToolFactory``: a
+zero-argument callable returning a ``Tool``, which is what
+``ToolRegistry.register`` takes.
+
+Example::
+
+    from toolexec.tools import ShellTool, register_builtin_tools
+
+    register_builtin_tools(registry, workspace, shell=False)
+    registry.register(ShellTool(workspace, default_timeout=30))
+"""
+
+from __future__ import annotations
+
+from ._builtins import (
+    EchoTool,
+    EditFileTool,
+    ListDirTool,
+    ReadFileTool,
+    SearchFilesTool,
+    WriteFileTool,
+    register_builtin_tools,
+)
+from ._public import fixup_module_metadata as _fixup_module_metadata
+from ._shell import ShellTool, classify_shell_command
+from ._tool import ToolFactory
+from ._workspace import DirEntry
+
+__all__ = [
+    "DirEntry",
+    "EchoTool",
+    "EditFileTool",
+    "ListDirTool",
+    "ReadFileTool",
+    "SearchFilesTool",
+    "ShellTool",
+    "ToolFactory",
+    "WriteFileTool",
+    "classify_shell_command",
+    "register_builtin_tools",
+]
+
+_fixup_module_metadata(__name__, __all__)
