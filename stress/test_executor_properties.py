@@ -86,8 +86,11 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
 
 KEYS = ("a", "b", "c")
-FAILS = ("none", "raise", "tool_error", "error_output")
+FAILS = ("none", "raise", "tool_error", "error_output", "system_exit", "base", "generator_exit")
 Op = Literal["read", "write", "append", "incr", "sleep", "boom"]
+Fail = Literal[
+    "none", "raise", "tool_error", "error_output", "system_exit", "base", "generator_exit"
+]
 OPS: tuple[Op, ...] = ("read", "write", "append", "incr", "sleep", "boom")
 MUTATORS = ("write", "append", "incr")
 TIMEOUTS = (None, None, None, 0.5, 1.5, 2.5)
@@ -114,6 +117,21 @@ CANCEL_MODES: tuple[str, ...] = (
 CANCEL_OFFSET = 0.0
 
 Snapshot = tuple[tuple[str, Any], ...]
+
+
+class OddBaseException(BaseException):
+    """Neither cancellation nor an interrupt: a tool's failure like any other."""
+
+
+_BASE_FAILURES: dict[str, type[BaseException]] = {
+    "system_exit": SystemExit,
+    "base": OddBaseException,
+    "generator_exit": GeneratorExit,
+}
+
+# Steering answers: the message in every accepted form, and "no message" in every form.
+STEER_FORMS: tuple[Any, ...] = ("stop", ["stop"], ("stop",))
+QUIET_FORMS: tuple[Any, ...] = (None, [], (), "")
 
 
 # -- the case -------------------------------------------------------------
@@ -161,6 +179,8 @@ class Case:
     cancel_at: float
     steer_at: int | None
     steer_async: bool
+    steer_form: Any = "stop"
+    quiet_form: Any = None
 
 
 @st.composite
@@ -237,6 +257,8 @@ def cases(draw: st.DrawFn) -> Case:
         cancel_at=draw(st.integers(0, 24).map(lambda k: k / 2 + CANCEL_OFFSET)),
         steer_at=draw(st.none() | st.integers(1, 4)),
         steer_async=draw(st.booleans()),
+        steer_form=draw(st.sampled_from(STEER_FORMS)),
+        quiet_form=draw(st.sampled_from(QUIET_FORMS)),
     )
 
 
@@ -316,6 +338,8 @@ class World:
         fail = args["fail"]
         if spec.op == "boom" or fail == "raise":
             raise RuntimeError(f"{call_id} blew up")
+        if fail in _BASE_FAILURES:  # a BaseException other than Cancelled/KeyboardInterrupt
+            raise _BASE_FAILURES[fail](call_id)
         if fail == "tool_error":
             raise ToolError(f"{call_id} refused")
         if fail == "error_output":
@@ -385,7 +409,7 @@ def make_tool(world: World, spec: ToolSpec) -> Any:
             key: Literal["a", "b", "c"],
             value: int,
             delay: int,
-            fail: Literal["none", "raise", "tool_error", "error_output"],
+            fail: Fail,
             ctx: ToolContext,
         ) -> ToolOutput:
             args = {"key": key, "value": value, "fail": fail}
@@ -403,7 +427,7 @@ def make_tool(world: World, spec: ToolSpec) -> Any:
         key: Literal["a", "b", "c"],
         value: int,
         delay: int,
-        fail: Literal["none", "raise", "tool_error", "error_output"],
+        fail: Fail,
         ctx: ToolContext,
     ) -> ToolOutput:
         return world.run_in_thread(spec, ctx.call_id, {"key": key, "value": value, "fail": fail})
@@ -505,15 +529,15 @@ def execute(case: Case, world: World) -> Run:
     executor = ToolExecutor(registry, case.config, case.strategy, sinks=[CallbackSink(on_event)])
     calls = [to_tool_call(case, i) for i in range(len(case.calls))]
 
-    def steer_now() -> list[str]:
+    def steer_now() -> Any:
         nonlocal polls
         polls += 1
         if polls == case.steer_at:
             state["steer"] = polls - 1  # fired after run number polls - 1
-            return ["stop"]
-        return []
+            return case.steer_form
+        return case.quiet_form
 
-    async def steer_async() -> list[str]:
+    async def steer_async() -> Any:
         await trio.sleep(0)
         return steer_now()
 
@@ -705,13 +729,27 @@ def check_world(case: Case, world: World, run: Run) -> None:
             order = [c for c in world.starts if c in plan.call_ids]
             assert order == sorted(order, key=lambda c: int(c[1:])), order
 
-    # Caps never exceeded.
+    # Calls that queue for one permit at a time are admitted in emitted order:
+    # a tool capped at 1, and every call of a run whose class pool is 1 wide.
     config = case.config
     widths = {
         RoutingClass.READ_ONLY: config.read_width,
         RoutingClass.CONCURRENT_MUT: config.concurrent_mut_width,
         RoutingClass.SERIAL_MUT: 1,
     }
+    capped = {name for name, cap in config.per_tool.items() if cap == 1}
+    for plan in run.batch.plan.runs:
+        started = [c for c in world.starts if c in plan.call_ids]
+        groups = [
+            [c for c in started if case.tools[case.calls[int(c[1:])].tool].name == name]
+            for name in capped
+        ]
+        if widths[plan.routing] == 1 and not set(plan.tool_names) & set(config.per_tool):
+            groups.append(started)
+        for group in groups:
+            assert group == sorted(group, key=lambda c: int(c[1:])), (plan, group)
+
+    # Caps never exceeded.
     for routing, peak in world.peak_class.items():
         assert peak <= widths[routing], (routing, peak)
     for name, peak in world.peak_tool.items():

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING
 import attrs
 import trio
 
+from ._errors import bare_interrupt
 from ._model import Message, Usage
 
 if TYPE_CHECKING:
@@ -220,7 +221,11 @@ async def run_batch(batch: Batch) -> BatchOutcome:
                 batch.cancel()
                 raise
     except BaseExceptionGroup as group:
-        # Only our own wait was cancelled: raise that alone, as trio code expects.
+        # Only our own wait was cancelled: raise that alone, as trio code expects;
+        # and an interrupt bare, as the host's ``except KeyboardInterrupt`` expects.
+        interrupt = bare_interrupt(group)
+        if interrupt is not None:
+            raise interrupt from None
         if len(group.exceptions) == 1 and isinstance(group.exceptions[0], trio.Cancelled):
             raise group.exceptions[0] from None
         raise

@@ -2,7 +2,10 @@
 
 Theory of operation. A call whose planned approval mode is not ``auto`` asks
 before it is admitted, so a waiting human never holds a permit. A remembered
-``prompt_once`` answer for the tool decides at once. Otherwise the approver
+``prompt_once`` answer for the tool decides at once; while a ``prompt_once``
+question for the tool is open, later calls of it (in this batch, another, or
+a sibling agent sharing the memory) wait for that answer instead of asking
+again, and ask only if it ends without one (a timeout, a cancel). Otherwise the approver
 is shown the arguments as canonical JSON, and the call runs exactly those
 (re-read from that JSON) if the answer is a yes given within the timeout.
 Everything else fails closed: no approver, arguments that cannot be shown,
@@ -30,9 +33,20 @@ if TYPE_CHECKING:
     from ._lifecycle import CallSlot
     from ._report import Reporter
 
-__all__ = ["Asker"]
+__all__ = ["ApprovalMemory", "Asker"]
 
 _log = logging.getLogger("toolexec")
+
+
+@attrs.define(eq=False)
+class ApprovalMemory:
+    """``prompt_once`` answers by tool name, and the questions still open.
+
+    One per session: an executor and all its forks share it.
+    """
+
+    answers: dict[str, bool] = attrs.field(factory=dict)
+    open: dict[str, trio.Event] = attrs.field(factory=dict)
 
 
 @attrs.frozen
@@ -41,16 +55,30 @@ class Asker:
 
     approver: Approver | None
     config: ApprovalConfig | None
-    memory: dict[str, bool]  # prompt_once answers by tool name, shared with forks
+    memory: ApprovalMemory
     agent_path: str
 
     async def ask(self, slot: CallSlot, report: Reporter) -> ToolResult | None:
         """Get the call approved (``None``) or the result that refuses it."""
+        if slot.needs_approval is not ApprovalMode.PROMPT_ONCE:
+            return await self._ask(slot, report)
+        name, memory = slot.call.name, self.memory
+        while name not in memory.answers:
+            question = memory.open.get(name)
+            if question is None:  # the first to ask: the others wait for this answer
+                question = memory.open[name] = trio.Event()
+                try:
+                    return await self._ask(slot, report)
+                finally:
+                    del memory.open[name]
+                    question.set()
+            await question.wait()
+        if memory.answers[name]:
+            return None
+        return error_result(slot, ErrorClass.USER_DENIED, say.denied_for_session(name))
+
+    async def _ask(self, slot: CallSlot, report: Reporter) -> ToolResult | None:
         name = slot.call.name
-        if slot.needs_approval is ApprovalMode.PROMPT_ONCE and name in self.memory:
-            if self.memory[name]:
-                return None
-            return error_result(slot, ErrorClass.USER_DENIED, say.denied_for_session(name))
         if self.approver is None:
             return error_result(slot, ErrorClass.PERMISSION_DENIED, say.no_approver(name))
         try:
@@ -89,7 +117,7 @@ class Asker:
             text = say.approval_timeout(name, timeout)
             return error_result(slot, ErrorClass.CONFIRMATION_TIMEOUT, text)
         if slot.needs_approval is ApprovalMode.PROMPT_ONCE:
-            self.memory[name] = answer.approved is True
+            self.memory.answers[name] = answer.approved is True
         if answer.approved is not True:
             return error_result(slot, ErrorClass.USER_DENIED, say.user_denied(name, answer.reason))
         slot.arguments = json.loads(request.arguments)  # run exactly what was shown

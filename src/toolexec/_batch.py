@@ -25,7 +25,8 @@ import attrs
 import trio
 
 from . import _messages as say
-from ._callpath import run_call
+from ._callpath import Turns, may_wait, run_call
+from ._errors import bare_interrupt
 from ._events import BatchFinished, BatchPlanned, RunFinished, RunStarted
 from ._lifecycle import CallSlot, State, error_result
 from ._report import Reporter
@@ -116,12 +117,16 @@ class Batch:
                     await self._run(run)
                     if steer is not None and (messages := await _poll(steer)):
                         break
-        except BaseException:
+        except BaseException as exc:
             # An enclosing scope was cancelled (or KeyboardInterrupt): every task
             # has already ended. Record the unfinished calls as cancelled for the
-            # sinks (hooks, audit), then let the exception go on.
+            # sinks (hooks, audit), then let the exception go on; an interrupt
+            # goes on bare, as the host's ``except KeyboardInterrupt`` expects.
             self._cancelled = True
             self._finish(messages)
+            interrupt = bare_interrupt(exc)
+            if interrupt is not None and interrupt is not exc:
+                raise interrupt from None
             raise
         finally:
             cancellers.discard(self.cancel)
@@ -135,9 +140,11 @@ class Batch:
             for slot in slots:
                 await run_call(rt, slot, report)
         else:
+            turns = Turns(len(slots)) if may_wait(rt.pools, slots) else None
             async with trio.open_nursery() as nursery:
-                for slot in slots:
-                    nursery.start_soon(run_call, rt, slot, report)
+                for i, slot in enumerate(slots):
+                    turn = None if turns is None else turns.turn(i)
+                    nursery.start_soon(run_call, rt, slot, report, turn)
         report.emit(RunFinished, index=run.index)
 
     def _finish(self, messages: tuple[str, ...]) -> BatchOutcome:
@@ -161,4 +168,25 @@ async def _poll(steering: Steering) -> tuple[str, ...]:
     except Exception:
         _log.exception("steering callback raised; treating it as no message")
         return ()
-    return tuple(answer or ())
+    return steering_messages(answer)
+
+
+def steering_messages(answer: object) -> tuple[str, ...]:
+    """What a steering answer says: no message, one, or several.
+
+    ``None`` and empty sequences are no message; a string is one message; a
+    list or tuple of strings is those messages. Anything else is a host bug:
+    it is logged, and the batch stops as if steered (each item, or the value,
+    shown as text), since skipping the calls not yet started is the safe
+    reading of an answer that is not empty.
+    """
+    if not answer:
+        return ()
+    if isinstance(answer, str):
+        return (answer,)
+    if isinstance(answer, list | tuple) and all(isinstance(m, str) for m in answer):
+        return tuple(answer)
+    _log.error("steering returned %r, not a sequence of strings; stopping the batch", answer)
+    if isinstance(answer, list | tuple):
+        return tuple(m if isinstance(m, str) else repr(m) for m in answer)
+    return (repr(answer),)

@@ -36,7 +36,7 @@ from ._tool import ToolContext, _drop
 from ._types import ErrorClass, JsonContent, TextContent, ToolOutput, ToolResult
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Sequence
     from types import TracebackType
 
     from ._asking import Asker
@@ -111,8 +111,59 @@ class Admission:
             self._tool_limiter.release_on_behalf_of(self._slot)
 
 
-async def run_call(rt: Runtime, slot: CallSlot, report: Reporter) -> None:
+class Turns:
+    """Admission in emitted order within one run.
+
+    trio starts a run's tasks in a deliberately varied order, so calls that
+    must wait for a permit would queue in a different order on every run.
+    With turns, each call first waits until the call before it has queued
+    for its permits (or has gone to ask a human), so waiting calls are
+    admitted in the order the model emitted them. ``may_wait`` says when a
+    run needs this; a run that cannot wait skips the cost.
+    """
+
+    __slots__ = ("_queued",)
+
+    def __init__(self, n: int) -> None:
+        self._queued = [trio.Event() for _ in range(n)]
+
+    def turn(self, i: int) -> Turn:
+        """The turn of the run's ``i``-th call."""
+        return Turn(self._queued[i - 1] if i else None, self._queued[i])
+
+
+class Turn:
+    """One call's place in its run's admission order."""
+
+    __slots__ = ("_mine", "_previous")
+
+    def __init__(self, previous: trio.Event | None, mine: trio.Event) -> None:
+        self._previous, self._mine = previous, mine
+
+    async def wait(self) -> None:
+        """Wait until the call before this one has queued."""
+        if self._previous is not None:
+            await self._previous.wait()
+
+    def pass_on(self) -> None:
+        """Let the next call queue: this one has (no await may come in between)."""
+        self._mine.set()
+
+
+def may_wait(pools: Pools, slots: Sequence[CallSlot]) -> bool:
+    """Whether some call of a run may have to wait for a permit."""
+    if pools.per_tool and any(s.call.name in pools.per_tool for s in slots):
+        return True
+    return len(slots) > pools.by_class[slots[0].routing].available_tokens
+
+
+async def run_call(rt: Runtime, slot: CallSlot, report: Reporter, turn: Turn | None = None) -> None:
     """Run one queued call to its result, and report it."""
+    if turn is not None:
+        try:
+            await turn.wait()
+        finally:
+            turn.pass_on()  # now, or at the latest when cancelled
     if slot.needs_approval is not None:
         slot.advance(State.APPROVING)
         denial = await rt.asker.ask(slot, report)
@@ -142,6 +193,10 @@ async def run_call(rt: Runtime, slot: CallSlot, report: Reporter) -> None:
         except ToolError as exc:
             failure = error_result(slot, exc.error_class, exc.message)
         except Exception as exc:
+            failure = _crashed(slot, exc)
+        except BaseException as exc:  # SystemExit, GeneratorExit, ...: the tool failed
+            if _propagates(exc):
+                raise
             failure = _crashed(slot, exc)
         finally:
             rt.in_flight -= 1
@@ -177,7 +232,17 @@ def _start(rt: Runtime, slot: CallSlot, report: Reporter) -> tuple[ToolContext, 
     return ctx, start, timeout
 
 
-def _crashed(slot: CallSlot, exc: Exception) -> ToolResult:
+def _propagates(exc: BaseException) -> bool:
+    """Whether an exception out of a tool is not the tool's failure but ours to pass on:
+    trio's cancellation (our deadline, or an enclosing scope) and KeyboardInterrupt."""
+    if isinstance(exc, trio.Cancelled | KeyboardInterrupt):
+        return True
+    if isinstance(exc, BaseExceptionGroup):
+        return exc.subgroup((trio.Cancelled, KeyboardInterrupt)) is not None
+    return False
+
+
+def _crashed(slot: CallSlot, exc: BaseException) -> ToolResult:
     call = slot.call
     _log.error("tool %r raised in call %r", call.name, call.id, exc_info=exc)
     return error_result(

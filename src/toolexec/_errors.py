@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from ._types import ErrorClass
 
-__all__ = ["InternalError", "RegistrationError", "ToolError", "ToolexecError"]
+__all__ = ["InternalError", "RegistrationError", "ToolError", "ToolexecError", "bare_interrupt"]
 
 
 class ToolexecError(Exception):
@@ -51,3 +51,19 @@ class ToolError(Exception):
         super().__init__(message)
         self.message = message
         self.error_class = error_class
+
+
+def bare_interrupt(exc: BaseException) -> KeyboardInterrupt | None:
+    """The ``KeyboardInterrupt`` inside ``exc`` (itself, or in a group), if any.
+
+    The executor re-raises it bare, so a host's ``except KeyboardInterrupt``
+    sees it whatever the size of the batch that was running.
+    """
+    if isinstance(exc, KeyboardInterrupt):
+        return exc
+    if isinstance(exc, BaseExceptionGroup):
+        for inner in exc.exceptions:
+            found = bare_interrupt(inner)
+            if found is not None:
+                return found
+    return None

@@ -23,12 +23,12 @@ An executor never changes after it is built: a sub-agent's is a fork
 from __future__ import annotations
 
 import itertools
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import attrs
 
 from ._approval import ApprovalConfig
-from ._asking import Asker
+from ._asking import ApprovalMemory, Asker
 from ._backend import Backend
 from ._batch import Batch, BatchOutcome, Steering
 from ._callpath import Runtime
@@ -37,15 +37,15 @@ from ._limits import ConcurrencyConfig, ExecutorStatistics, Pools
 from ._plan import BatchPlan, ExecutionStrategy, Parallel, RunPlan
 from ._planning import Planner
 from ._policy import AllowAll, ToolPolicy
+from ._registry import ToolRegistry
 from ._tool import Services
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Iterator, Mapping, Sequence
+    from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 
     from ._approval import Approver
     from ._events import EventSink
     from ._hooks import CallHook
-    from ._registry import ToolRegistry
     from ._types import PathResolver, ToolCall
 
 __all__ = ["ToolExecutor"]
@@ -59,6 +59,41 @@ def _as_sinks(sinks: Iterable[EventSink]) -> tuple[EventSink, ...]:
 
 def _as_hooks(hooks: Iterable[CallHook]) -> tuple[CallHook, ...]:
     return tuple(hooks)
+
+
+def _with_methods(
+    kind: str, *methods: str, optional: bool = False
+) -> Callable[[object, attrs.Attribute[Any], object], None]:
+    """A validator: the value has these callable methods (each item, for a tuple)."""
+
+    def check_one(attr: attrs.Attribute[Any], value: object, where: str) -> None:
+        missing = [m for m in methods if not callable(getattr(value, m, None))]
+        if missing:
+            raise TypeError(
+                f"ToolExecutor {where} must be {kind} (with {', '.join(methods)}); "
+                f"got {value!r}, which has no callable {', '.join(missing)}"
+            )
+
+    def check(_inst: object, attr: attrs.Attribute[Any], value: object) -> None:
+        if value is None and optional:
+            return
+        if isinstance(value, tuple):
+            for i, item in enumerate(value):
+                check_one(attr, item, f"{attr.name}[{i}]")
+        else:
+            check_one(attr, value, attr.name)
+
+    return check
+
+
+def _callable_or_none(_inst: object, attr: attrs.Attribute[Any], value: object) -> None:
+    if value is not None and not callable(value):
+        raise TypeError(f"ToolExecutor {attr.name} must be callable or None, got {value!r}")
+
+
+def _grace(_inst: object, attr: attrs.Attribute[Any], value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
+        raise ValueError(f"ToolExecutor grace_period must be seconds >= 0, got {value!r}")
 
 
 def _as_services(services: Iterable[object] | Services) -> Services:
@@ -118,22 +153,39 @@ class ToolExecutor:
     An executor is immutable; ``fork_for_subagent`` makes a changed copy.
     """
 
-    registry: ToolRegistry
-    config: ConcurrencyConfig = attrs.field(factory=ConcurrencyConfig)
-    strategy: ExecutionStrategy = attrs.field(factory=Parallel)
-    policy: ToolPolicy = attrs.field(factory=AllowAll)
-    sinks: tuple[EventSink, ...] = attrs.field(default=(), converter=_as_sinks)
-    steering: Steering | None = None
-    agent_path: str = "root"
-    session_id: str = ""
+    registry: ToolRegistry = attrs.field(validator=attrs.validators.instance_of(ToolRegistry))
+    config: ConcurrencyConfig = attrs.field(
+        factory=ConcurrencyConfig, validator=attrs.validators.instance_of(ConcurrencyConfig)
+    )
+    strategy: ExecutionStrategy = attrs.field(
+        factory=Parallel, validator=attrs.validators.instance_of(ExecutionStrategy)
+    )
+    policy: ToolPolicy = attrs.field(
+        factory=AllowAll, validator=_with_methods("a policy", "decide")
+    )
+    sinks: tuple[EventSink, ...] = attrs.field(
+        default=(), converter=_as_sinks, validator=_with_methods("event sinks", "emit")
+    )
+    steering: Steering | None = attrs.field(default=None, validator=_callable_or_none)
+    agent_path: str = attrs.field(default="root", validator=attrs.validators.instance_of(str))
+    session_id: str = attrs.field(default="", validator=attrs.validators.instance_of(str))
     workspace: PathResolver | None = None
-    grace_period: float = 5.0
-    approver: Approver | None = None
-    approval: ApprovalConfig | None = None
-    hooks: tuple[CallHook, ...] = attrs.field(default=(), converter=_as_hooks)
+    grace_period: float = attrs.field(default=5.0, validator=_grace)
+    approver: Approver | None = attrs.field(
+        default=None, validator=_with_methods("an approver", "request", optional=True)
+    )
+    approval: ApprovalConfig | None = attrs.field(
+        default=None,
+        validator=attrs.validators.optional(attrs.validators.instance_of(ApprovalConfig)),
+    )
+    hooks: tuple[CallHook, ...] = attrs.field(
+        default=(),
+        converter=_as_hooks,
+        validator=_with_methods("call hooks", "before_call", "after_call", "on_progress"),
+    )
     backends: Mapping[str, Backend] = attrs.field(factory=dict, validator=_check_backends)
     services: Services = attrs.field(factory=Services, converter=_as_services)
-    _memory: dict[str, bool] = attrs.field(factory=dict, alias="memory", repr=False)
+    _memory: ApprovalMemory = attrs.field(factory=ApprovalMemory, alias="memory", repr=False)
     _pools: Pools | None = attrs.field(default=None, alias="pools", repr=False)
     _planner: Planner = attrs.field(init=False, repr=False)
     _runtime: Runtime = attrs.field(init=False, repr=False)

@@ -21,9 +21,9 @@ from typing import Any, Literal, overload
 import attrs
 import trio
 
-from ._errors import RegistrationError
+from ._errors import RegistrationError, ToolError
 from ._tool import ToolContext
-from ._types import JsonContent, SideEffects, TextContent, ToolDefinition, ToolOutput
+from ._types import JsonContent, SideEffects, TextContent, ToolDefinition, ToolOutput, describe
 
 __all__ = ["FunctionTool", "function_tool"]
 
@@ -99,21 +99,35 @@ class FunctionTool:
             value = await self.fn(**kwargs)
         else:
             value = await trio.to_thread.run_sync(lambda: self.fn(**kwargs), abandon_on_cancel=True)
-        return _to_output(value)
+        return _to_output(value, self.definition.name)
 
     def __call__(self) -> FunctionTool:
         """Act as its own factory (it is stateless), so it can be registered."""
         return self
 
 
-def _to_output(value: Any) -> ToolOutput:
+def _to_output(value: Any, name: str) -> ToolOutput:
     if isinstance(value, ToolOutput):
         return value
     if isinstance(value, str):
         return ToolOutput((TextContent(value),))
     if value is None:
         return ToolOutput((TextContent(""),))
-    return ToolOutput((JsonContent(value),))
+    if inspect.isawaitable(value):
+        if inspect.iscoroutine(value):
+            value.close()  # never run: closing it spares the "never awaited" warning
+        raise ToolError(
+            f"Tool '{name}' returned {describe(value)} instead of its result; the function "
+            "must await it (this is a bug in the tool)."
+        )
+    try:
+        return ToolOutput((JsonContent(value),))
+    except TypeError:
+        raise ToolError(
+            f"Tool '{name}' returned {describe(value)}, which JSON cannot represent; return a "
+            "str, a JSON value (dict, list, number, bool, None) or a ToolOutput "
+            "(this is a bug in the tool)."
+        ) from None
 
 
 def _build(

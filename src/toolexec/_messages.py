@@ -130,6 +130,16 @@ def crashed(name: str, error: BaseException) -> str:
     return f"Tool '{name}' failed: {type(error).__name__}: {error}"
 
 
+def hook_not_a_decision(name: str, value: object) -> str:
+    return denied(name, f"a safety check gave no valid decision ({type(value).__name__}).")
+
+
+def bad_rewrite(name: str, value: object) -> str:
+    return denied(
+        name, f"the host rewrote the arguments to {type(value).__name__}, not a JSON object."
+    )
+
+
 def not_an_output(name: str, value: object) -> str:
     return (
         f"Tool '{name}' returned {type(value).__name__}, not a ToolOutput "

@@ -120,15 +120,27 @@ class Planner:
                 _log.exception("before_call hook %r raised; denying the call", hook)
                 text = say.hook_failed(slot.call.name, exc)
                 return error_result(slot, ErrorClass.PERMISSION_DENIED, text)
-            if isinstance(decision, Skip):
-                text = say.skipped_by_host(decision.reason)
-                return error_result(slot, ErrorClass.SKIPPED, text)
-            if isinstance(decision, Rewrite):
-                slot.arguments = dict(decision.arguments)
-                failure = self._validate(slot, rewritten=True)
-                if failure is not None:
-                    return failure
+            if decision is None:
+                continue
+            failure = self._apply_hook(slot, hook, decision)
+            if failure is not None:
+                return failure
         return None
+
+    def _apply_hook(self, slot: CallSlot, hook: CallHook, decision: object) -> ToolResult | None:
+        name = slot.call.name
+        if isinstance(decision, Skip):
+            return error_result(slot, ErrorClass.SKIPPED, say.skipped_by_host(decision.reason))
+        if not isinstance(decision, Rewrite):  # fail closed, as for a hook that raises
+            _log.error("before_call hook %r returned %r, not a decision; denying", hook, decision)
+            text = say.hook_not_a_decision(name, decision)
+            return error_result(slot, ErrorClass.PERMISSION_DENIED, text)
+        if not isinstance(decision.arguments, Mapping):
+            _log.error("before_call hook %r rewrote to %r; denying", hook, decision.arguments)
+            text = say.bad_rewrite(name, decision.arguments)
+            return error_result(slot, ErrorClass.PERMISSION_DENIED, text)
+        slot.arguments = dict(decision.arguments)
+        return self._validate(slot, rewritten=True)
 
     def _decide(self, slot: CallSlot) -> ToolResult | None:
         assert slot.entry is not None

@@ -6,13 +6,15 @@ Everything here is a frozen attrs class or an enum. Nothing here does I/O.
 from __future__ import annotations
 
 import enum
+import inspect
 import json
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
 
 import attrs
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping
+    from collections.abc import Callable
     from pathlib import Path
 
 __all__ = [
@@ -74,11 +76,18 @@ class ErrorClass(enum.Enum):
     SKIPPED = "skipped"
 
 
+def _text(inst: object, attr: attrs.Attribute[Any], value: object) -> None:
+    if not isinstance(value, str):
+        raise TypeError(
+            f"{type(inst).__name__}.{attr.name} must be a str, got {type(value).__name__}"
+        )
+
+
 @attrs.frozen
 class TextContent:
     """A block of text for the model."""
 
-    text: str
+    text: str = attrs.field(validator=_text)
     type: str = attrs.field(default="text", init=False)
 
 
@@ -86,16 +95,40 @@ class TextContent:
 class ImageContent:
     """An image for the model, base64-encoded."""
 
-    data: str
-    mime_type: str
+    data: str = attrs.field(validator=_text)
+    mime_type: str = attrs.field(validator=_text)
     type: str = attrs.field(default="image", init=False)
+
+
+def _json_value(_inst: object, _attr: object, value: object) -> None:
+    if value is None or type(value) in (str, int, bool):
+        return
+    try:
+        json.dumps(value, allow_nan=False)
+    except (TypeError, ValueError, RecursionError) as exc:
+        raise TypeError(
+            f"JsonContent needs a value JSON can represent (dict, list, str, int, finite "
+            f"float, bool or None), got {describe(value)}: {exc}"
+        ) from None
+
+
+def describe(value: object) -> str:
+    """How an error message names an unexpected value: its type, or what it means."""
+    if inspect.iscoroutine(value):
+        return "a coroutine (did you forget `await`?)"
+    return f"{type(value).__name__}"
 
 
 @attrs.frozen
 class JsonContent:
-    """A JSON value for the model (rendered as JSON text where a provider needs text)."""
+    """A JSON value for the model (rendered as JSON text where a provider needs text).
 
-    value: Any
+    The value must be one JSON can represent: dicts with string keys, lists,
+    strings, numbers (no NaN or infinity), booleans and ``None``; anything
+    else raises ``TypeError`` where the block is made.
+    """
+
+    value: Any = attrs.field(validator=_json_value)
     type: str = attrs.field(default="json", init=False)
 
 
@@ -111,7 +144,7 @@ def block_text(block: ContentBlock) -> str:
     if isinstance(block, TextContent):
         return block.text
     if isinstance(block, JsonContent):
-        return json.dumps(block.value, ensure_ascii=False, default=str)
+        return json.dumps(block.value, ensure_ascii=False)
     return f"[image {block.mime_type}, {len(block.data) * 3 // 4} bytes, not shown]"
 
 
@@ -146,6 +179,26 @@ class ToolCall:
     arguments: Mapping[str, Any] | str = attrs.field(factory=dict)
 
 
+_BLOCKS = (TextContent, ImageContent, JsonContent)
+
+
+def _blocks(_inst: object, _attr: object, value: object) -> None:
+    if type(value) is tuple and all(type(b) in _BLOCKS for b in value):
+        return
+    want = "ToolOutput content must be a tuple of content blocks (TextContent, ImageContent, "
+    if not isinstance(value, tuple):
+        hint = "; for plain text use ToolOutput.text(...)" if isinstance(value, str) else ""
+        raise TypeError(f"{want}JsonContent), got {describe(value)}{hint}")
+    for i, block in enumerate(value):
+        if not isinstance(block, _BLOCKS):
+            raise TypeError(f"{want}JsonContent); item {i} is {describe(block)}")
+
+
+def _mapping(_inst: object, _attr: object, value: object) -> None:
+    if not isinstance(value, Mapping):
+        raise TypeError(f"ToolOutput details must be a mapping, got {describe(value)}")
+
+
 @attrs.frozen
 class ToolOutput:
     """What a tool hands back: content for the model, details for the host.
@@ -155,8 +208,8 @@ class ToolOutput:
     carrying this content.
     """
 
-    content: tuple[ContentBlock, ...] = ()
-    details: Mapping[str, Any] = attrs.field(factory=dict)
+    content: tuple[ContentBlock, ...] = attrs.field(default=(), validator=_blocks)
+    details: Mapping[str, Any] = attrs.field(factory=dict, validator=_mapping)
     is_error: bool = False
 
     @classmethod
