@@ -224,3 +224,38 @@ async def test_an_approver_answer_that_is_not_an_approval_answer_denies(
 def test_an_approval_answer_is_a_real_bool() -> None:
     with pytest.raises(TypeError):
         ApprovalAnswer("no")  # type: ignore[arg-type]
+
+
+HOSTILE = [
+    "\x1b]0;owned\x07",  # OSC: set the terminal title
+    "\x1b[2K\r",  # CSI: clear the line
+    "a\nb",
+    "\u202eevil",  # bidi override
+    "\u2028x",  # line separator
+    "z\u200bw",  # zero-width space
+]
+
+
+@pytest.mark.parametrize("hostile", HOSTILE)
+async def test_every_line_a_terminal_approver_writes_is_clean(hostile: str) -> None:
+    import io
+
+    from toolexec.approval import TerminalApprover
+
+    request = ApprovalRequest(
+        call_id=f"id{hostile}",
+        tool_name=f"tool{hostile}",
+        agent_path=f"root/kid{hostile}",
+        side_effects=SideEffects.WRITE,
+        arguments=f'{{"a":"{hostile}"}}',
+        reason=f"why{hostile}",
+    )
+    out = io.StringIO()
+    approver = TerminalApprover(input=io.StringIO("n\n"), output=out)
+    await approver.request(request)
+    approver.resolved(request, ApprovalAnswer(True, by=f"bob{hostile}"))
+    written = out.getvalue()
+    for line in written.split("\n"):  # the approver's own line breaks only
+        assert line.isprintable(), repr(line)
+    assert "\x1b" not in written
+    assert written.count("\n") == 2  # one blank line, then the "decided by" line

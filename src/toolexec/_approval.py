@@ -151,7 +151,7 @@ class ApprovalRequest:
         """One line for a person: the tool, its effect and its escaped arguments."""
         why = f" ({display_text(self.reason)})" if self.reason else ""
         return (
-            f"{self.agent_path}: {display_text(self.tool_name)} "
+            f"{display_text(self.agent_path)}: {display_text(self.tool_name)} "
             f"[{self.side_effects.value}] {display_text(self.arguments)}{why}"
         )
 
@@ -246,4 +246,5 @@ class TerminalApprover:
     def resolved(self, request: ApprovalRequest, answer: ApprovalAnswer) -> None:
         """Show that someone else answered first."""
         verdict = "approved" if answer.approved else "denied"
-        self.output.write(f"\n{request.call_id} was {verdict} by {answer.by}\n")
+        who = display_text(str(answer.by))
+        self.output.write(f"\n{display_text(request.call_id)} was {verdict} by {who}\n")
