@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 import trio
 
+import toolexec._process
 import toolexec._shell
 from conftest import group_members, open_fds
 from toolexec import (
@@ -32,7 +33,7 @@ from toolexec import (
     Workspace,
     classify_shell_command,
 )
-from toolexec._shell import OutputCapture
+from toolexec._process import OutputCapture
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -51,7 +52,7 @@ def _live(pid: int) -> bool:
 def exit_watch(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     """Both ways the shell learns that the command exited: a pidfd, or a task (no pidfds)."""
     if request.param == "watcher task":
-        monkeypatch.setattr(toolexec._shell, "_pidfd_open", None)
+        monkeypatch.setattr(toolexec._process, "_pidfd_open", None)
     return str(request.param)
 
 

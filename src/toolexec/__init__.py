@@ -71,7 +71,8 @@ from ._rules import (
     Rule,
     RulePolicy,
 )
-from ._shell import ShellTool, classify_shell_command
+from ._shell import ShellTool
+from ._shell_classify import classify_shell_command
 from ._subagent import AgentTree, SubAgentTool, TreeLimits, TreeStatistics
 from ._tool import Tool, ToolContext, ToolFactory
 from ._types import (

@@ -28,7 +28,8 @@ import attrs
 import trio
 
 from ._errors import ToolError
-from ._shell import ShellTool, _reap
+from ._process import open_group_process, reap
+from ._shell import ShellTool
 from ._types import ErrorClass, SideEffects, ToolDefinition, ToolOutput
 from ._workspace import WorkspaceError, open_regular_at, show, walk_tree
 
@@ -583,13 +584,12 @@ class SearchFilesTool:
         limit: int,
         state: _SearchState,
     ) -> None:
-        process = await trio.lowlevel.open_process(
+        process = await open_group_process(
             [sys.executable, "-I", "-S", "-c", _MATCHER],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
             env={},
-            start_new_session=True,
         )
         try:
             async with trio.open_nursery() as nursery:
@@ -599,7 +599,7 @@ class SearchFilesTool:
             if await process.wait() != 0:  # it closed its output: it is exiting
                 state.failed = process.returncode
         finally:
-            await _reap(process, 0)
+            await reap(process, 0)
 
     async def _feed(
         self,
