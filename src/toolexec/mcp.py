@@ -49,23 +49,21 @@ Theory of operation.
   tools and updates the registry: new tools appear, removed ones go,
   changed ones are replaced.
 * *Close*: the tools are unregistered, stdin is closed, the server gets a
-  grace period to exit, then its process group gets SIGTERM and SIGKILL;
-  the group is always SIGKILLed at the end so no descendant survives. This
-  also happens when the enclosing scope is cancelled.
+  grace period to exit, then whatever is left alive in its process group
+  (the server, or children it started) gets SIGTERM, a grace period and
+  SIGKILL, while its output is still read, so no descendant survives. This
+  also happens when the enclosing scope is cancelled. Processes are
+  handled by ``toolexec._process``, as the shell tool's are.
 """
 
 from __future__ import annotations
 
-import collections
 import contextlib
 import logging
 import math
-import os
 import re
-import signal
 import subprocess
 from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Mapping
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -80,6 +78,7 @@ from mcp.shared.exceptions import MCPError
 from mcp.shared.message import SessionMessage
 
 from ._errors import RegistrationError, ToolError, ToolexecError
+from ._process import LineTail, open_group_process, reap, terminate_group
 from ._schema import compile_schema
 from ._types import (
     ContentBlock,
@@ -357,22 +356,19 @@ class _StdioProcess:
 
     config: MCPServerConfig
     process: trio.Process | None = None
-    stderr: collections.deque[str] = attrs.field(
-        factory=lambda: collections.deque(maxlen=_STDERR_LINES)
-    )
+    stderr: LineTail = attrs.field(factory=lambda: LineTail(_STDERR_LINES))
 
     @contextlib.asynccontextmanager
     async def open(self) -> AsyncIterator[tuple[Any, Any]]:
         config = self.config
         assert config.command is not None
-        process = await trio.lowlevel.open_process(
+        process = await open_group_process(
             [config.command, *config.args],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             env=get_default_environment() | dict(config.env),
             cwd=config.cwd,
-            start_new_session=True,
         )
         self.process = process
         read_send, read_recv = anyio.create_memory_object_stream[SessionMessage | Exception](0)
@@ -391,8 +387,7 @@ class _StdioProcess:
         finally:
             for stream in (read_send, read_recv, write_send, write_recv):
                 stream.close()
-            with trio.CancelScope(shield=True):
-                await self._reap_group(process.pid)
+            await reap(process, _EXIT_GRACE)
 
     async def _read_stdout(self, process: trio.Process, send: Any) -> None:
         assert process.stdout is not None
@@ -422,38 +417,24 @@ class _StdioProcess:
         assert process.stderr is not None
         logger = _log.getChild(self.config.name)
         with contextlib.suppress(trio.ClosedResourceError, trio.BrokenResourceError, OSError):
-            async with contextlib.aclosing(_lines(process.stderr)) as lines:
-                async for raw in lines:
-                    line = raw.decode(errors="replace").rstrip()
-                    self.stderr.append(line)
+            async for chunk in process.stderr:
+                for line in self.stderr.add(chunk):
                     logger.debug("stderr: %s", line)
+            for line in self.stderr.close():
+                logger.debug("stderr: %s", line)
 
     async def _stop(self, process: trio.Process) -> None:
+        """Close stdin, give the server a grace period to exit, then end its group.
+
+        Runs while stdout and stderr are still read, so a server that
+        writes while it shuts down is not blocked on a full pipe.
+        """
         assert process.stdin is not None
         with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError, OSError):
             await process.stdin.aclose()
-        for sig in (signal.SIGTERM, signal.SIGKILL):
-            with trio.move_on_after(_EXIT_GRACE):
-                await process.wait()
-                return
-            self._kill_group(sig)
-        await process.wait()
-
-    async def _reap_group(self, pgid: int) -> None:
-        """SIGKILL what is left of the process group; wait (bounded) until it is dead."""
-        try:
-            os.killpg(pgid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            return  # nothing left
         with trio.move_on_after(_EXIT_GRACE):
-            # Another process's death has no event to wait on: poll.
-            while _group_alive(pgid):  # noqa: ASYNC110
-                await trio.sleep(0.01)
-
-    def _kill_group(self, sig: signal.Signals) -> None:
-        if self.process is not None:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(self.process.pid, sig)
+            await process.wait()
+        await terminate_group(process, _EXIT_GRACE)
 
     async def exit_summary(self) -> str:
         """Describe how the process ended, waiting briefly for it to be reaped."""
@@ -465,28 +446,9 @@ class _StdioProcess:
         parts = []
         if process.returncode is not None:
             parts.append(f"the server process exited with code {process.returncode}")
-        if self.stderr:
-            parts.append("its last stderr lines:\n" + "\n".join(self.stderr))
+        if self.stderr.lines:
+            parts.append("its last stderr lines:\n" + "\n".join(self.stderr.lines))
         return "; ".join(parts)
-
-
-def _group_alive(pgid: int) -> bool:
-    """Whether a process group still has a member that is not a zombie."""
-    proc = Path("/proc")
-    if not proc.is_dir():
-        try:
-            os.killpg(pgid, 0)
-        except ProcessLookupError:
-            return False
-        return True
-    for stat in proc.glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        if fields[2] == str(pgid) and fields[0] not in ("Z", "X"):
-            return True
-    return False
 
 
 # -- the server and its tools -------------------------------------------------
