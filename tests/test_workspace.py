@@ -521,7 +521,7 @@ async def test_an_edit_does_not_overwrite_a_change_made_meanwhile(world: dict[st
 
 
 def test_names_are_shown_on_one_line_and_in_their_own_order() -> None:
-    from toolexec._workspace import show
+    from toolexec._display import show
 
     assert show("a\nb\rc\td\x1b[31m") == "'a\\nb\\rc\\td\\x1b[31m'"
     assert show("evil\u202etxt.exe\u2028x") == "'evil\\u202etxt.exe\\u2028x'"

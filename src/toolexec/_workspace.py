@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING
 import attrs
 import trio
 
+from ._display import show
 from ._errors import ToolError
 from ._types import ErrorClass
 
@@ -62,37 +63,6 @@ _KINDS = {
     stat.S_IFCHR: "char device",
     stat.S_IFBLK: "block device",
 }
-
-
-# Control characters (C0, DEL, C1), the Unicode line and paragraph separators
-# and the bidirectional controls, as escapes: a name printed with them could
-# start a new line of output (forging an entry or a message) or show its text
-# in another order than it has.
-_CONTROLS = (
-    {c: f"\\x{c:02x}" for c in (*range(0x20), *range(0x7F, 0xA0))}
-    | {
-        0x09: "\\t",
-        0x0A: "\\n",
-        0x0D: "\\r",
-        0x2028: "\\u2028",
-        0x2029: "\\u2029",
-    }
-    | {
-        c: f"\\u{c:04x}"
-        for c in (0x061C, 0x200E, 0x200F, *range(0x202A, 0x202F), *range(0x2066, 0x206A))
-    }
-)
-
-
-def show(name: str) -> str:
-    """Render a path for the model, on one line.
-
-    Quoted; non-UTF-8 bytes become ``\\xNN`` escapes, and so do control
-    characters (``\\n``, ``\\r``, ``\\t`` for those three), so no name can
-    start a new line of a tool's output.
-    """
-    text = os.fsencode(name).decode("utf-8", "backslashreplace") if name else "."
-    return f"'{text.translate(_CONTROLS)}'"
 
 
 class WorkspaceError(ToolError):
