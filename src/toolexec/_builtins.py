@@ -27,18 +27,22 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 import attrs
 import trio
 
+from ._display import show
 from ._errors import ToolError
+from ._file_ops import open_regular_at
 from ._process import open_group_process, reap
 from ._shell import ShellTool
+from ._tree import walk_tree
 from ._types import ErrorClass, SideEffects, ToolDefinition, ToolOutput
-from ._workspace import WorkspaceError, open_regular_at, show, walk_tree
+from ._workspace_errors import WorkspaceError, WorkspaceErrorKind
 
 if TYPE_CHECKING:
     from collections.abc import Generator, Iterator, Mapping
 
     from ._registry import ToolRegistry
     from ._tool import ToolContext
-    from ._workspace import DirEntry, Workspace
+    from ._tree import DirEntry
+    from ._workspace import Workspace
 
 __all__ = [
     "EchoTool",
@@ -655,12 +659,12 @@ class SearchFilesTool:
         try:
             return self.workspace.open_dir(path)
         except WorkspaceError as exc:
-            if "is not a directory" not in exc.reason:
+            if exc.kind is not WorkspaceErrorKind.NOT_A_DIRECTORY:
                 raise
         try:
             return self.workspace.read_bytes_sync(path, self.max_file_bytes)
-        except WorkspaceError as exc:
-            if not exc.reason.startswith("is larger than the"):
+        except WorkspaceError as refused:
+            if refused.kind is not WorkspaceErrorKind.TOO_LARGE:
                 raise
         return None
 
