@@ -30,8 +30,8 @@ from toolexec import (
     WorkspaceError,
     register_builtin_tools,
 )
-from toolexec._builtins import _SearchState
 from toolexec._display import show
+from toolexec._search import _SearchState
 from toolexec._workspace_errors import WorkspaceErrorKind
 
 if TYPE_CHECKING:

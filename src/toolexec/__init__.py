@@ -21,15 +21,7 @@ from ._approval import (
 )
 from ._audit import JsonlAuditSink
 from ._batch import Batch, BatchOutcome, Steering
-from ._builtins import (
-    EchoTool,
-    EditFileTool,
-    ListDirTool,
-    ReadFileTool,
-    SearchFilesTool,
-    WriteFileTool,
-    register_builtin_tools,
-)
+from ._builtins import EchoTool, register_builtin_tools
 from ._errors import InternalError, RegistrationError, ToolError, ToolexecError
 from ._events import (
     ApprovalRequested,
@@ -50,6 +42,7 @@ from ._events import (
     RunStarted,
 )
 from ._executor import ToolExecutor
+from ._file_tools import EditFileTool, ListDirTool, ReadFileTool, WriteFileTool
 from ._function import FunctionTool, function_tool
 from ._hooks import CallHook, HookDecision, Rewrite, Skip
 from ._limits import ConcurrencyConfig, ExecutorStatistics, PoolStatistics
@@ -71,6 +64,7 @@ from ._rules import (
     Rule,
     RulePolicy,
 )
+from ._search import SearchFilesTool
 from ._shell import ShellTool
 from ._shell_classify import classify_shell_command
 from ._subagent import AgentTree, SubAgentTool, TreeLimits, TreeStatistics
