@@ -203,10 +203,9 @@ class _Walk:
         except OSError as exc:
             for fd in opened:
                 os.close(fd)
-            raise WorkspaceError(
-                self.path,
+            raise self._error(
                 f"cannot be walked back up ({exc.strerror}): it changed during the operation.",
-                kind=WorkspaceErrorKind.CHANGED,
+                WorkspaceErrorKind.CHANGED,
             ) from None
         for fd in opened[:-1]:  # only the deepest stays open
             os.close(fd)
@@ -214,53 +213,66 @@ class _Walk:
 
     def _descend(self, part: str) -> None:
         try:
-            self.fds.append(os.open(part, DIR_FLAGS, dir_fd=self._top))
-            self.names.append(part)
-            if len(self.fds) > MAX_OPEN_DIRS:  # bound the descriptors: close the oldest open one
-                i = next(i for i, fd in enumerate(self.fds) if i > 0 and fd is not None)
-                evicted = self.fds[i]
-                assert evicted is not None
-                os.close(evicted)
-                self.fds[i] = None
-            return
+            fd = os.open(part, DIR_FLAGS, dir_fd=self._top)
         except OSError as exc:
             failure = exc
+        else:
+            self._push(part, fd)
+            return
+        self._not_entered(part, failure)
+
+    def _push(self, part: str, fd: int) -> None:
+        self.fds.append(fd)
+        self.names.append(part)
+        if len(self.fds) > MAX_OPEN_DIRS:  # bound the descriptors: close the oldest open one
+            i = next(i for i, held in enumerate(self.fds) if i > 0 and held is not None)
+            evicted = self.fds[i]
+            assert evicted is not None
+            os.close(evicted)
+            self.fds[i] = None
+
+    def _not_entered(self, part: str, failure: OSError) -> None:
+        """``part`` did not open as a directory: follow it as a link, make it, or say why."""
         here = show("/".join((*self.names, part)))
-        if failure.errno in (errno.ENOTDIR, errno.ELOOP):
+        code = failure.errno
+        if code in (errno.ENOTDIR, errno.ELOOP):
             target = _link_target(self._top, part, self.path)
             if target is not None:
                 self._expand(part, target)
                 return
-            if failure.errno == errno.ENOTDIR:
-                raise WorkspaceError(
-                    self.path,
+            if code == errno.ENOTDIR:
+                raise self._error(
                     f"cannot be reached: {here} is not a directory.",
-                    kind=WorkspaceErrorKind.NOT_A_DIRECTORY,
+                    WorkspaceErrorKind.NOT_A_DIRECTORY,
                 )
-        elif failure.errno == errno.ENOENT and self.create_dirs and self.queue:
-            try:
-                os.mkdir(part, 0o777, dir_fd=self._top)
-            except FileExistsError:
-                pass  # made meanwhile: look again, spending from the budget below
-            except OSError as exc:
-                raise os_error(self.path, exc) from None
-            else:
-                # A new directory is not a link hop: it has a budget of its own,
-                # one per part of the path (and some to spare for races).
-                self.created += 1
-                if self.created <= len(self.path) // 2 + _MAX_LINKS:
-                    self.queue.appendleft(part)
-                    return
-        elif failure.errno == errno.ENOENT:
-            raise WorkspaceError(
-                self.path,
-                f"does not exist ({here} is missing).",
-                kind=WorkspaceErrorKind.NOT_FOUND,
-            )
+        elif code == errno.ENOENT and self.create_dirs and self.queue:
+            if self._make(part):
+                return
+        elif code == errno.ENOENT:
+            raise self._error(f"does not exist ({here} is missing).", WorkspaceErrorKind.NOT_FOUND)
         else:
             raise os_error(self.path, failure) from None
         self._spend()  # the entry changed under us, or was just created: look again
         self.queue.appendleft(part)
+
+    def _make(self, part: str) -> bool:
+        """Create the missing directory ``part``; return whether the walk goes on into it.
+
+        A new directory is not a link hop: it has a budget of its own, one per
+        part of the path (and some to spare for races). ``False``: someone
+        made it meanwhile, or the budget is spent; the caller looks again.
+        """
+        try:
+            os.mkdir(part, 0o777, dir_fd=self._top)
+        except FileExistsError:
+            return False
+        except OSError as exc:
+            raise os_error(self.path, exc) from None
+        self.created += 1
+        if self.created > len(self.path) // 2 + _MAX_LINKS:
+            return False
+        self.queue.appendleft(part)
+        return True
 
     def _expand(self, part: str, target: str) -> None:
         self._spend()
@@ -281,22 +293,23 @@ class _Walk:
     def _spend(self) -> None:
         self.budget -= 1
         if self.budget < 0:
-            raise WorkspaceError(
-                self.path,
+            raise self._error(
                 "involves too many symbolic links (or kept changing during the operation).",
-                kind=WorkspaceErrorKind.TOO_MANY_LINKS,
+                WorkspaceErrorKind.TOO_MANY_LINKS,
             )
 
     def _escape(self, why: str, target: str | None = None) -> WorkspaceError:
         if self.via_link is None:
-            return WorkspaceError(self.path, why, kind=_OUTSIDE)
+            return self._error(why, _OUTSIDE)
         to = f" to {target!r}" if target is not None else ""
-        return WorkspaceError(
-            self.path,
+        return self._error(
             f"goes through the symbolic link {show(self.via_link)}{to}, "
             "which leads outside the workspace.",
-            kind=_OUTSIDE,
+            _OUTSIDE,
         )
+
+    def _error(self, reason: str, kind: WorkspaceErrorKind) -> WorkspaceError:
+        return WorkspaceError(self.path, reason, kind=kind)
 
 
 def _link_target(dir_fd: int, name: str, path: str) -> str | None:

@@ -158,12 +158,14 @@ class SearchFilesTool:
         await trio.to_thread.run_sync(_check_pattern, pattern, flags, abandon_on_cancel=True)
         path = arguments.get("path", ".")
         limit = int(arguments.get("max_results", 100))
+        # What the matcher reads first: the pattern and its bounds.
+        header = {"pattern": pattern, "flags": int(flags), "max": limit, "width": self.line_width}
         start = await trio.to_thread.run_sync(self._start, path)
         try:
             files = self._files(path, start, arguments.get("glob"), state := _SearchState())
             try:
                 with trio.move_on_after(self.time_limit) as bound:
-                    await self._match(files, pattern, int(flags), limit, state)
+                    await self._match(files, header, state)
             finally:
                 files.close()
         finally:
@@ -172,12 +174,7 @@ class SearchFilesTool:
         return self._report(path, pattern, limit, state, bound.cancelled_caught)
 
     async def _match(
-        self,
-        files: Iterator[_Item],
-        pattern: str,
-        flags: int,
-        limit: int,
-        state: _SearchState,
+        self, files: Iterator[_Item], header: dict[str, Any], state: _SearchState
     ) -> None:
         process = await open_group_process(
             [sys.executable, "-I", "-S", "-c", _MATCHER],
@@ -188,37 +185,13 @@ class SearchFilesTool:
         )
         try:
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(self._feed, process, files, pattern, flags, limit, state)
+                nursery.start_soon(_feed, process, files, header)
                 await self._collect(process, state)
                 nursery.cancel_scope.cancel()
             if await process.wait() != 0:  # it closed its output: it is exiting
                 state.failed = process.returncode
         finally:
             await reap(process, 0)
-
-    async def _feed(
-        self,
-        process: trio.Process,
-        files: Iterator[_Item],
-        pattern: str,
-        flags: int,
-        limit: int,
-        state: _SearchState,
-    ) -> None:
-        stdin = process.stdin
-        assert stdin is not None
-        header = {"pattern": pattern, "flags": flags, "max": limit, "width": self.line_width}
-        try:
-            await stdin.send_all(json.dumps(header).encode() + b"\n")
-            done = False
-            while not done:
-                batch, done = await trio.to_thread.run_sync(_take, files, 1 << 20, 0.05)
-                for name, data in batch:
-                    raw = name.encode("utf-8", "surrogateescape")
-                    await stdin.send_all(b"%d %d\n" % (len(raw), len(data)) + raw + data)
-            await stdin.aclose()
-        except (trio.BrokenResourceError, trio.ClosedResourceError):
-            pass  # the matcher stopped early: enough results
 
     async def _collect(self, process: trio.Process, state: _SearchState) -> None:
         stdout = process.stdout
@@ -358,6 +331,23 @@ def _check_pattern(pattern: str, flags: int) -> None:
         raise _invalid_pattern(pattern, "it is nested too deeply") from None
     except (re.error, OverflowError, ValueError) as exc:
         raise _invalid_pattern(pattern, str(exc)) from None
+
+
+async def _feed(process: trio.Process, files: Iterator[_Item], header: dict[str, Any]) -> None:
+    """Send the matcher ``header``, then each file framed by name and size, then EOF."""
+    stdin = process.stdin
+    assert stdin is not None
+    try:
+        await stdin.send_all(json.dumps(header).encode() + b"\n")
+        done = False
+        while not done:
+            batch, done = await trio.to_thread.run_sync(_take, files, 1 << 20, 0.05)
+            for name, data in batch:
+                raw = name.encode("utf-8", "surrogateescape")
+                await stdin.send_all(b"%d %d\n" % (len(raw), len(data)) + raw + data)
+        await stdin.aclose()
+    except (trio.BrokenResourceError, trio.ClosedResourceError):
+        pass  # the matcher stopped early: enough results
 
 
 def _take(
