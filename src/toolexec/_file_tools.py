@@ -136,20 +136,7 @@ class ReadFileTool:
             raise ToolError(
                 f"offset {first} is past the end of {show(path)}, which has {total} lines."
             )
-        chosen: list[str] = []
-        used = 0
-        notes = []
-        for line in itertools.islice(lines_from(text, first), limit):
-            if used + len(line) > self.max_output_chars:
-                if not chosen:  # one line longer than the cap: show its start
-                    cut = self.max_output_chars
-                    chosen.append(line[:cut] + "\n")
-                    notes.append(
-                        f"[line {first} is {len(line)} characters; showing the first {cut}]"
-                    )
-                break
-            chosen.append(line)
-            used += len(line)
+        chosen, notes = self._take_lines(text, first, limit)
         last = first + len(chosen) - 1
         body = "".join(chosen)
         if first > 1 or last < total:
@@ -160,6 +147,21 @@ class ReadFileTool:
         if notes:
             body = body + ("" if body.endswith("\n") else "\n") + "\n".join(notes)
         return ToolOutput.text(body, path=path, lines=total, start=first, end=last)
+
+    def _take_lines(self, text: str, first: int, limit: int) -> tuple[list[str], list[str]]:
+        """Up to ``limit`` lines from line ``first`` within ``max_output_chars``; and notes."""
+        chosen: list[str] = []
+        used = 0
+        for line in itertools.islice(lines_from(text, first), limit):
+            if used + len(line) > self.max_output_chars:
+                if chosen:
+                    break
+                cut = self.max_output_chars  # one line longer than the cap: show its start
+                note = f"[line {first} is {len(line)} characters; showing the first {cut}]"
+                return [line[:cut] + "\n"], [note]
+            chosen.append(line)
+            used += len(line)
+        return chosen, []
 
 
 # -- write_file ---------------------------------------------------------------
@@ -247,6 +249,32 @@ def _occurrences(text: str, needle: str, stop: int = 1000) -> list[int]:
     return found
 
 
+def _unique_spot(path: str, data: bytes, old: str) -> tuple[str, int]:
+    """The file's text and where its one occurrence of ``old`` starts; else why not."""
+    if is_binary(data):
+        raise ToolError(f"{show(path)} is a binary file; edit_file edits text only.")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ToolError(
+            f"{show(path)} is not valid UTF-8 text (byte {exc.start}); "
+            "edit_file edits UTF-8 text only."
+        ) from None
+    spots = _occurrences(text, old)
+    if not spots:
+        raise ToolError(
+            f"old_string was not found in {show(path)}. It must match exactly, "
+            "including whitespace and indentation; read the file to copy the text."
+        )
+    if len(spots) > 1:
+        lines = ", ".join(str(text.count("\n", 0, s) + 1) for s in spots[:10])
+        raise ToolError(
+            f"old_string occurs {len(spots)} times in {show(path)} (at lines {lines}); "
+            "it must occur exactly once. Include more surrounding text to make it unique."
+        )
+    return text, spots[0]
+
+
 @attrs.define(eq=False)
 class EditFileTool:
     """``edit_file``: replace a string that occurs exactly once.
@@ -274,28 +302,7 @@ class EditFileTool:
         at_line: list[int] = []
 
         def replace(data: bytes) -> bytes:
-            if is_binary(data):
-                raise ToolError(f"{show(path)} is a binary file; edit_file edits text only.")
-            try:
-                text = data.decode("utf-8")
-            except UnicodeDecodeError as exc:
-                raise ToolError(
-                    f"{show(path)} is not valid UTF-8 text (byte {exc.start}); "
-                    "edit_file edits UTF-8 text only."
-                ) from None
-            spots = _occurrences(text, old)
-            if not spots:
-                raise ToolError(
-                    f"old_string was not found in {show(path)}. It must match exactly, "
-                    "including whitespace and indentation; read the file to copy the text."
-                )
-            if len(spots) > 1:
-                lines = ", ".join(str(text.count("\n", 0, s) + 1) for s in spots[:10])
-                raise ToolError(
-                    f"old_string occurs {len(spots)} times in {show(path)} (at lines {lines}); "
-                    "it must occur exactly once. Include more surrounding text to make it unique."
-                )
-            at = spots[0]
+            text, at = _unique_spot(path, data, old)
             at_line.append(text.count("\n", 0, at) + 1)
             return (text[:at] + new + text[at + len(old) :]).encode("utf-8", "replace")
 

@@ -143,6 +143,44 @@ def _describe_exit(code: int | None) -> str:
     return f"exit code {code}"
 
 
+def _definition(default_timeout: float, max_timeout: float, safe_path: bool) -> ToolDefinition:
+    """The ``shell`` definition; the read-only classifier only with an absolute ``PATH``."""
+    return ToolDefinition(
+        name="shell",
+        description=(
+            "Run a bash command in the workspace directory and return its exit code, "
+            "stdout and stderr (long output keeps its beginning and end). stdin is "
+            "empty; the environment is minimal; background processes are stopped "
+            "when the command exits. Use it for builds, tests and tools that have no "
+            "dedicated tool; prefer read_file/write_file/edit_file for files."
+        ),
+        input_schema={
+            "type": "object",
+            "properties": {
+                "command": {
+                    "type": "string",
+                    "minLength": 1,
+                    "description": "The bash command line to run.",
+                },
+                "timeout": {
+                    "type": "number",
+                    "exclusiveMinimum": 0,
+                    "maximum": max_timeout,
+                    "description": (
+                        f"Seconds before the command is stopped (default "
+                        f"{default_timeout:g}, at most {max_timeout:g})."
+                    ),
+                },
+            },
+            "required": ["command"],
+            "additionalProperties": False,
+        },
+        side_effects=SideEffects.EXECUTE,
+        timeout=max_timeout + 60,
+        classifier=classify_arguments if safe_path else None,
+    )
+
+
 @attrs.define(eq=False)
 class ShellTool:
     """Run a bash command in the workspace (side effects: ``EXECUTE``).
@@ -197,40 +235,7 @@ class ShellTool:
         }
         self._path_dirs = tuple(dict.fromkeys(self._env["PATH"].split(":")))
         safe_path = all(p.startswith("/") for p in self._path_dirs)
-        self.definition = ToolDefinition(
-            name="shell",
-            description=(
-                "Run a bash command in the workspace directory and return its exit code, "
-                "stdout and stderr (long output keeps its beginning and end). stdin is "
-                "empty; the environment is minimal; background processes are stopped "
-                "when the command exits. Use it for builds, tests and tools that have no "
-                "dedicated tool; prefer read_file/write_file/edit_file for files."
-            ),
-            input_schema={
-                "type": "object",
-                "properties": {
-                    "command": {
-                        "type": "string",
-                        "minLength": 1,
-                        "description": "The bash command line to run.",
-                    },
-                    "timeout": {
-                        "type": "number",
-                        "exclusiveMinimum": 0,
-                        "maximum": self.max_timeout,
-                        "description": (
-                            f"Seconds before the command is stopped (default "
-                            f"{self.default_timeout:g}, at most {self.max_timeout:g})."
-                        ),
-                    },
-                },
-                "required": ["command"],
-                "additionalProperties": False,
-            },
-            side_effects=SideEffects.EXECUTE,
-            timeout=self.max_timeout + 60,
-            classifier=classify_arguments if safe_path else None,
-        )
+        self.definition = _definition(self.default_timeout, self.max_timeout, safe_path)
 
     def __call__(self) -> ShellTool:
         """Act as its own factory: it keeps no per-call state."""

@@ -152,8 +152,20 @@ class MCPServer:
         )
 
     def _apply(self, listed: list[mcp_types.Tool], *, strict: bool) -> None:
-        wanted: dict[str, MCPTool] = {}
+        """Make the registry hold exactly the listed tools that can be registered."""
         self.skipped = {}
+        wanted = self._wanted(listed)
+        for name, old in list(self.tools.items()):
+            if name not in wanted or wanted[name].definition != old.definition:
+                self.registry.unregister(name)
+                del self.tools[name]
+        for name, wrapped in wanted.items():
+            if name not in self.tools:
+                self._register(name, wrapped, strict=strict)
+
+    def _wanted(self, listed: list[mcp_types.Tool]) -> dict[str, MCPTool]:
+        """The listed tools as ``MCPTool`` by registered name; the others are skipped."""
+        wanted: dict[str, MCPTool] = {}
         for tool in listed:
             try:
                 definition = self._definition(tool)
@@ -169,29 +181,26 @@ class MCPServer:
                 self._skip(tool.name, f"its name becomes {definition.name!r}, as {other!r} does")
                 continue
             wanted[definition.name] = MCPTool(definition, self, tool.name)
-        for name, old in list(self.tools.items()):
-            if name not in wanted or wanted[name].definition != old.definition:
-                self.registry.unregister(name)
-                del self.tools[name]
-        for name, wrapped in wanted.items():
-            if name in self.tools:
-                continue
-            if name in self.registry:
-                reason = "a tool with that name is already registered"
-                if strict:
-                    self._unregister_all()
-                    raise RegistrationError(
-                        f"MCP server {self.name!r}: cannot register {name!r}: {reason}; "
-                        "rename the server in the configuration"
-                    )
-                self._skip(wrapped.remote_name, reason)
-                continue
-            try:
-                self.registry.register(wrapped)
-            except RegistrationError as exc:
-                self._skip(wrapped.remote_name, str(exc))
-                continue
-            self.tools[name] = wrapped
+        return wanted
+
+    def _register(self, name: str, wrapped: MCPTool, *, strict: bool) -> None:
+        """Register one tool, never over another; ``strict``: a taken name is an error."""
+        if name in self.registry:
+            reason = "a tool with that name is already registered"
+            if strict:
+                self._unregister_all()
+                raise RegistrationError(
+                    f"MCP server {self.name!r}: cannot register {name!r}: {reason}; "
+                    "rename the server in the configuration"
+                )
+            self._skip(wrapped.remote_name, reason)
+            return
+        try:
+            self.registry.register(wrapped)
+        except RegistrationError as exc:
+            self._skip(wrapped.remote_name, str(exc))
+            return
+        self.tools[name] = wrapped
 
     async def _run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
         config = self.config
