@@ -70,6 +70,7 @@ class StdioProcess:
 
     @contextlib.asynccontextmanager
     async def open(self) -> AsyncIterator[tuple[Any, Any]]:
+        """Start the server; yield the (read, write) streams of its session; end it on exit."""
         config = self.config
         assert config.command is not None
         process = await open_group_process(
