@@ -166,6 +166,27 @@ async def test_reap_finishes_the_job_when_the_caller_is_cancelled() -> None:
 # -- capture ---------------------------------------------------------------------------
 
 
+async def _supervised(
+    script: str, collector: PipeCollector, *, limit: float, grace: float
+) -> tuple[trio.Process, bool]:
+    """Run ``script`` with its output in ``collector``, as the shell tool runs a command."""
+    try:
+        process = await open_group_process(
+            ["sh", "-c", script],
+            stdin=subprocess.DEVNULL,
+            stdout=collector.write_ends[0],
+            stderr=collector.write_ends[1],
+        )
+        collector.close_write_ends()
+        try:
+            timed_out = await supervise(process, collector, limit=limit, grace=grace)
+        finally:
+            await reap(process, 1.0)
+    finally:
+        collector.close()
+    return process, timed_out
+
+
 @pytest.mark.parametrize("pidfds", [True, False], ids=["pidfd", "watcher task"])
 async def test_capture_is_bounded_and_counts_everything(
     pidfds: bool, monkeypatch: pytest.MonkeyPatch
@@ -175,20 +196,8 @@ async def test_capture_is_bounded_and_counts_everything(
     out, err = OutputCapture(1000), OutputCapture(10)
     seen: list[tuple[str, int]] = []
     collector = PipeCollector(out, err, lambda name, chunk: seen.append((name, len(chunk))))
-    try:
-        process = await open_group_process(
-            ["sh", "-c", "head -c 5000000 /dev/zero; echo oops >&2"],
-            stdin=subprocess.DEVNULL,
-            stdout=collector.write_ends[0],
-            stderr=collector.write_ends[1],
-        )
-        collector.close_write_ends()
-        try:
-            timed_out = await supervise(process, collector, limit=60, grace=1.0)
-        finally:
-            await reap(process, 1.0)
-    finally:
-        collector.close()
+    script = "head -c 5000000 /dev/zero; echo oops >&2"
+    process, timed_out = await _supervised(script, collector, limit=60, grace=1.0)
     assert not timed_out
     assert process.returncode == 0
     assert (out.total, out.kept, out.truncated) == (5_000_000, 1000, True)
@@ -200,22 +209,10 @@ async def test_capture_is_bounded_and_counts_everything(
 
 
 async def test_supervise_ends_a_process_that_runs_out_of_time_and_keeps_its_last_words() -> None:
-    out, err = OutputCapture(1 << 20), OutputCapture(100)
-    collector = PipeCollector(out, err)
-    try:
-        process = await open_group_process(
-            ["sh", "-c", "trap 'echo bye; exit 0' TERM; echo hi; sleep 1000 & wait"],
-            stdin=subprocess.DEVNULL,
-            stdout=collector.write_ends[0],
-            stderr=collector.write_ends[1],
-        )
-        collector.close_write_ends()
-        try:
-            timed_out = await supervise(process, collector, limit=0.2, grace=30.0)
-        finally:
-            await reap(process, 1.0)
-    finally:
-        collector.close()
+    out = OutputCapture(1 << 20)
+    collector = PipeCollector(out, OutputCapture(100))
+    script = "trap 'echo bye; exit 0' TERM; echo hi; sleep 1000 & wait"
+    process, timed_out = await _supervised(script, collector, limit=0.5, grace=30.0)
     assert timed_out
     assert out.text() == "hi\nbye\n"
     assert group_members(process.pid) == []
