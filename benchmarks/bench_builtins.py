@@ -26,8 +26,7 @@ from typing import TYPE_CHECKING
 
 import trio
 
-from toolexec import ToolCall, ToolExecutor, ToolRegistry, Workspace
-from toolexec.tools import register_builtin_tools
+from toolexec import ToolCall, ToolExecutor, ToolRegistry, Workspace, register_builtin_tools
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable

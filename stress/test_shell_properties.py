@@ -19,7 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from tests.conftest import group_members, live_tasks, open_fds
 
-import toolexec._shell
+import toolexec._process
 from stress.conftest import stress_profile
 from toolexec import ErrorClass, ToolCall, ToolExecutor, ToolRegistry, Workspace
 from toolexec.tools import ShellTool
@@ -145,11 +145,11 @@ _examples = 40 if stress_profile() == "stress-short" else 1000
 @settings(settings.get_profile(stress_profile()), max_examples=_examples)
 @given(case=cases)
 def test_random_shell_batches_leave_nothing_behind(case: Case) -> None:
-    saved = toolexec._shell._pidfd_open
+    saved = toolexec._process._pidfd_open
     if not case.pidfd:
-        toolexec._shell._pidfd_open = None
+        toolexec._process._pidfd_open = None
     try:
         with tempfile.TemporaryDirectory() as tmp:
             trio.run(_run, case, Path(tmp))
     finally:
-        toolexec._shell._pidfd_open = saved
+        toolexec._process._pidfd_open = saved

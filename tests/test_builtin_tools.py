@@ -26,8 +26,9 @@ from toolexec import (
     ToolRegistry,
     ToolResult,
     Workspace,
+    register_builtin_tools,
 )
-from toolexec.tools import SearchFilesTool, register_builtin_tools
+from toolexec.tools import SearchFilesTool
 
 if TYPE_CHECKING:
     from toolexec import ExecutionStrategy
@@ -316,10 +317,10 @@ async def test_a_pattern_longer_than_ten_thousand_characters_is_refused(root: Pa
 async def test_the_matcher_reports_a_pattern_it_cannot_build(
     root: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from toolexec import _builtins
+    from toolexec import _search
 
     (root / "a.txt").write_text("aaa\n")
-    monkeypatch.setattr(_builtins, "_check_pattern", lambda pattern, flags: None)
+    monkeypatch.setattr(_search, "_check_pattern", lambda pattern, flags: None)
     result = await call(_executor(root), "search_files", pattern="a{99999999999}")
     assert result.error_class is ErrorClass.INVALID_ARGUMENTS, result.text
     assert "the repetition number is too large" in result.text
@@ -328,10 +329,10 @@ async def test_the_matcher_reports_a_pattern_it_cannot_build(
 async def test_a_failing_matcher_is_an_error_not_an_empty_result(
     root: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from toolexec import _builtins
+    from toolexec import _search
 
     (root / "a.txt").write_text("aaa\n")
-    monkeypatch.setattr(_builtins, "_MATCHER", "import sys; sys.exit(3)")
+    monkeypatch.setattr(_search, "_MATCHER", "import sys; sys.exit(3)")
     result = await call(_executor(root), "search_files", pattern="a")
     assert result.error_class is ErrorClass.EXECUTION_ERROR, result.text
     assert "matcher process exited with status 3" in result.text

@@ -163,9 +163,9 @@ ENUM_OR_STRING = {"anyOf": [{"enum": [1], "type": "integer"}, {"type": "string"}
 def test_schemas_are_rewritten_into_the_portable_subset(
     schema: dict[str, Any], expected: dict[str, Any]
 ) -> None:
-    from toolexec.mcp import _portable
+    from toolexec.mcp._schemas import portable_schema
 
-    assert _portable(schema) == expected
+    assert portable_schema(schema) == expected
 
 
 @pytest.mark.parametrize(
@@ -181,10 +181,10 @@ def test_schemas_are_rewritten_into_the_portable_subset(
 def test_schemas_without_a_portable_equivalent_are_refused(
     schema: dict[str, Any], reason: str
 ) -> None:
-    from toolexec.mcp import _portable, _Unportable
+    from toolexec.mcp._schemas import UnportableSchema, portable_schema
 
-    with pytest.raises(_Unportable, match=reason):
-        _portable(schema)
+    with pytest.raises(UnportableSchema, match=reason):
+        portable_schema(schema)
 
 
 # -- listing and registration ---------------------------------------------------

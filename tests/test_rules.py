@@ -8,7 +8,15 @@ from typing import TYPE_CHECKING
 import pytest
 
 from conftest import Scripted, write
-from toolexec import ErrorClass, ToolCall, ToolDefinition, ToolExecutor, ToolRegistry, Workspace
+from toolexec import (
+    ErrorClass,
+    ToolCall,
+    ToolDefinition,
+    ToolExecutor,
+    ToolRegistry,
+    Workspace,
+    register_builtin_tools,
+)
 from toolexec.events import CallbackSink, CallFailed, Event
 from toolexec.policy import (
     Capabilities,
@@ -19,7 +27,6 @@ from toolexec.policy import (
     Rule,
     RulePolicy,
 )
-from toolexec.tools import register_builtin_tools
 
 if TYPE_CHECKING:
     from pathlib import Path

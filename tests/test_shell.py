@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 import trio
 
+import toolexec._process
 import toolexec._shell
 from conftest import group_members, open_fds
 from toolexec import (
@@ -26,7 +27,7 @@ from toolexec import (
     ToolResult,
     Workspace,
 )
-from toolexec._shell import OutputCapture
+from toolexec._process import OutputCapture
 from toolexec.events import CallbackSink, CallCompleted, CallUpdate
 from toolexec.policy import ExecutionGrant
 from toolexec.tools import ShellTool, classify_shell_command
@@ -48,7 +49,7 @@ def _live(pid: int) -> bool:
 def exit_watch(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     """Both ways the shell learns that the command exited: a pidfd, or a task (no pidfds)."""
     if request.param == "watcher task":
-        monkeypatch.setattr(toolexec._shell, "_pidfd_open", None)
+        monkeypatch.setattr(toolexec._process, "_pidfd_open", None)
     return str(request.param)
 
 

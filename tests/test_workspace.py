@@ -26,9 +26,12 @@ from toolexec import (
     ToolRegistry,
     Workspace,
     WorkspaceError,
+    WorkspaceErrorKind,
+    register_builtin_tools,
 )
-from toolexec._builtins import _SearchState
-from toolexec.tools import EditFileTool, SearchFilesTool, register_builtin_tools
+from toolexec._display import show
+from toolexec._search import _SearchState
+from toolexec.tools import EditFileTool, SearchFilesTool
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -208,6 +211,55 @@ async def test_odd_names_give_clean_errors(
     with pytest.raises(WorkspaceError) as info:
         await ws.write_bytes(path, b"x")
     assert info.value.error_class is error_class
+
+
+@pytest.mark.parametrize(
+    ("operation", "path", "kind"),
+    [
+        ("read", "missing.txt", WorkspaceErrorKind.NOT_FOUND),
+        ("read", "missing/file.txt", WorkspaceErrorKind.NOT_FOUND),
+        ("read", "../outside/secret.txt", WorkspaceErrorKind.OUTSIDE),
+        ("read", "{outside}/secret.txt", WorkspaceErrorKind.OUTSIDE),
+        ("read", "dir-link/secret.txt", WorkspaceErrorKind.OUTSIDE),
+        ("read", "a.txt/child", WorkspaceErrorKind.NOT_A_DIRECTORY),
+        ("list", "a.txt", WorkspaceErrorKind.NOT_A_DIRECTORY),
+        ("read", "sub", WorkspaceErrorKind.IS_A_DIRECTORY),
+        ("write", "sub", WorkspaceErrorKind.IS_A_DIRECTORY),
+        ("read", "pipe", WorkspaceErrorKind.SPECIAL_FILE),
+        ("write", "pipe", WorkspaceErrorKind.SPECIAL_FILE),
+        ("read", "big.bin", WorkspaceErrorKind.TOO_LARGE),
+        ("read", "a\x00b", WorkspaceErrorKind.INVALID_PATH),
+        ("read", "n" * 300, WorkspaceErrorKind.INVALID_PATH),
+        ("read", "loop", WorkspaceErrorKind.TOO_MANY_LINKS),
+    ],
+)
+async def test_every_refusal_says_its_kind_and_the_kind_gives_the_class(
+    world: dict[str, Path], operation: str, path: str, kind: WorkspaceErrorKind
+) -> None:
+    os.mkfifo(world["root"] / "pipe")
+    (world["root"] / "big.bin").write_bytes(b"x" * 101)
+    os.symlink("loop", world["root"] / "loop")
+    ws = Workspace(world["root"], max_read_bytes=100)
+    attempts = {
+        "read": lambda: ws.read_bytes(_fill(path, world)),
+        "write": lambda: ws.write_bytes(_fill(path, world), b"x"),
+        "list": lambda: ws.list_dir(_fill(path, world)),
+    }
+    with pytest.raises(WorkspaceError) as info:
+        await attempts[operation]()
+    assert info.value.kind is kind
+    assert info.value.error_class is kind.error_class
+    assert info.value.message == f"{show(info.value.path)} {info.value.reason}"
+
+
+def test_a_workspace_error_made_by_hand_keeps_its_old_defaults() -> None:
+    error = WorkspaceError("x.txt", "is odd.")
+    assert (error.kind, error.error_class) == (
+        WorkspaceErrorKind.OS_ERROR,
+        ErrorClass.EXECUTION_ERROR,
+    )
+    denied = WorkspaceError("x.txt", "is mine.", error_class=ErrorClass.PERMISSION_DENIED)
+    assert denied.error_class is ErrorClass.PERMISSION_DENIED
 
 
 async def test_non_utf8_names_round_trip(world: dict[str, Path]) -> None:
@@ -519,8 +571,6 @@ async def test_an_edit_does_not_overwrite_a_change_made_meanwhile(world: dict[st
 
 
 def test_names_are_shown_on_one_line_and_in_their_own_order() -> None:
-    from toolexec._workspace import show
-
     assert show("a\nb\rc\td\x1b[31m") == "'a\\nb\\rc\\td\\x1b[31m'"
     assert show("evil\u202etxt.exe\u2028x") == "'evil\\u202etxt.exe\\u2028x'"
     assert show("caf\udce9") == "'caf\\xe9'"  # an undecodable byte

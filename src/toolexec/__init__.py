@@ -12,7 +12,8 @@ re-exports:
   policy basics again, as the same objects).
 - ``toolexec.approval``: approval modes and approvers.
 - ``toolexec.backends``: where calls run (the ``Backend`` seam).
-- ``toolexec.tools``: the built-in tools and ``register_builtin_tools``.
+- ``toolexec.tools``: the built-in tool classes (``register_builtin_tools``,
+  which registers them all, is in the root).
 - ``toolexec.models``: the ``Model`` protocol, its values, the SDK adapters.
 - ``toolexec.formats``, ``toolexec.mcp``, ``toolexec.testing``: provider
   formats, MCP tool sources (extra ``mcp``), test helpers.
@@ -33,6 +34,7 @@ from . import policy as policy
 from . import tools as tools
 from ._agent import AgentLoop, AgentResult, StopReason
 from ._batch import Batch, BatchOutcome, Steering
+from ._builtins import register_builtin_tools
 from ._errors import InternalError, RegistrationError, ToolError, ToolexecError
 from ._executor import ToolExecutor
 from ._function import FunctionTool, function_tool
@@ -56,7 +58,8 @@ from ._types import (
     ToolOutput,
     ToolResult,
 )
-from ._workspace import Workspace, WorkspaceError
+from ._workspace import Workspace
+from ._workspace_errors import WorkspaceError, WorkspaceErrorKind
 
 __version__ = "0.1.0"
 
@@ -107,7 +110,9 @@ __all__ = [
     "TreeStatistics",
     "Workspace",
     "WorkspaceError",
+    "WorkspaceErrorKind",
     "function_tool",
+    "register_builtin_tools",
 ]
 
 _fixup_module_metadata(__name__, __all__)

@@ -16,12 +16,12 @@ from __future__ import annotations
 import enum
 import json
 import sys
-import unicodedata
 from typing import TYPE_CHECKING, Any, Protocol, TextIO, runtime_checkable
 
 import attrs
 import trio
 
+from ._display import display_text
 from ._types import SideEffects, ToolDefinition
 
 if TYPE_CHECKING:
@@ -112,18 +112,6 @@ class ApprovalConfig:
             if root in self.trusted_workspaces:
                 return trusted
         return self.modes[definition.side_effects]
-
-
-_ESCAPE_CATEGORIES = {"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"}
-
-
-def display_text(text: str) -> str:
-    """Escape control, format (bidi, zero-width) and unassigned characters."""
-    if text.isprintable():
-        return text
-    return "".join(
-        f"\\u{ord(c):04x}" if unicodedata.category(c) in _ESCAPE_CATEGORIES else c for c in text
-    )
 
 
 def canonical_json(arguments: Mapping[str, Any]) -> str:

@@ -8,7 +8,8 @@ The tree::
     +-- InternalError                  a bug in toolexec: please report it
     ToolError                          raised by a tool to fail its own call
     +-- WorkspaceError                 a path refused by a Workspace (names the
-                                       workspace-relative path and why)
+                                       workspace-relative path and why; its
+                                       ``kind`` says why as a value)
 
 Nothing raises out of ``ToolExecutor`` for bad model input or a failing
 tool: those become error results. Only misuse by the host (a bad

@@ -41,7 +41,10 @@ if TYPE_CHECKING:
 
 __all__ = ["fixup_module_metadata"]
 
-_PRIVATE_PREFIX = "toolexec._"
+def _is_private(module: str) -> bool:
+    """``toolexec._types`` and ``toolexec.mcp._server`` are private; ``toolexec.mcp`` is not."""
+    head, *rest = module.split(".")
+    return head == "toolexec" and any(part.startswith("_") for part in rest)
 
 
 def fixup_module_metadata(module_name: str, names: Iterable[str]) -> None:
@@ -53,7 +56,7 @@ def fixup_module_metadata(module_name: str, names: Iterable[str]) -> None:
 
 def _fix(obj: object, public: str) -> None:
     private = getattr(obj, "__module__", None)
-    if not isinstance(private, str) or not private.startswith(_PRIVATE_PREFIX):
+    if not isinstance(private, str) or not _is_private(private):
         return
     if isinstance(obj, type):
         _resolve_annotations(obj, sys.modules[private])

@@ -30,8 +30,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 import attrs
 
 from ._policy import ALLOW, Allow, Ask, Decision, Deny, ToolPolicy, tightest
-from ._types import ErrorClass
-from ._workspace import WorkspaceError
+from ._workspace_errors import WorkspaceError, WorkspaceErrorKind
 
 if TYPE_CHECKING:
     from ._types import PathResolver, ToolDefinition
@@ -437,6 +436,12 @@ class CapabilityPolicy:
         return ALLOW
 
 
+#: Where a path leads somewhere refused: a shorter prefix would not change that.
+_REFUSALS = frozenset(
+    {WorkspaceErrorKind.OUTSIDE, WorkspaceErrorKind.SPECIAL_FILE, WorkspaceErrorKind.PERMISSION}
+)
+
+
 def _where(workspace: PathResolver | None, value: str) -> str | Deny:
     """The workspace-relative path ``value`` leads to, or why it is refused.
 
@@ -461,7 +466,7 @@ def _where(workspace: PathResolver | None, value: str) -> str | Deny:
             where = workspace.resolve_sync(lead + "/".join(prefix))
             break
         except WorkspaceError as exc:
-            if exc.error_class is ErrorClass.PERMISSION_DENIED or not prefix:
+            if exc.kind in _REFUSALS or not prefix:
                 return Deny(f"path '{value}' {exc.reason.rstrip('.')}")
             rest.insert(0, prefix.pop())
     if ".." in rest:

@@ -1,6 +1,6 @@
 """Tools that come with toolexec, and the factory type a registry takes.
 
-``register_builtin_tools(registry, workspace)`` registers them all:
+``toolexec.register_builtin_tools(registry, workspace)`` registers them all:
 ``read_file``, ``write_file``, ``edit_file``, ``list_dir`` and
 ``search_files`` over a ``Workspace``, ``shell`` (bash in the workspace,
 its own process group, an allow-listed environment), and ``echo``. To tune
@@ -12,7 +12,8 @@ zero-argument callable returning a ``Tool``, which is what
 
 Example::
 
-    from toolexec.tools import ShellTool, register_builtin_tools
+    from toolexec import register_builtin_tools
+    from toolexec.tools import ShellTool
 
     register_builtin_tools(registry, workspace, shell=False)
     registry.register(ShellTool(workspace, default_timeout=30))
@@ -20,19 +21,14 @@ Example::
 
 from __future__ import annotations
 
-from ._builtins import (
-    EchoTool,
-    EditFileTool,
-    ListDirTool,
-    ReadFileTool,
-    SearchFilesTool,
-    WriteFileTool,
-    register_builtin_tools,
-)
+from ._builtins import EchoTool
+from ._file_tools import EditFileTool, ListDirTool, ReadFileTool, WriteFileTool
 from ._public import fixup_module_metadata as _fixup_module_metadata
-from ._shell import ShellTool, classify_shell_command
+from ._search import SearchFilesTool
+from ._shell import ShellTool
+from ._shell_classify import classify_shell_command
 from ._tool import ToolFactory
-from ._workspace import DirEntry
+from ._tree import DirEntry
 
 __all__ = [
     "DirEntry",
@@ -45,7 +41,6 @@ __all__ = [
     "ToolFactory",
     "WriteFileTool",
     "classify_shell_command",
-    "register_builtin_tools",
 ]
 
 _fixup_module_metadata(__name__, __all__)

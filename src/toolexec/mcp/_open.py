@@ -1,0 +1,167 @@
+"""Opening MCP servers: ``open_mcp_server`` and ``open_mcp_servers``.
+
+Each connection lives in a task of its own (``MCPServer._run``), not
+around the caller's block, so a transport that fails ends that connection
+without cancelling the caller; the caller's own exceptions come out
+unwrapped, not inside the exception groups of the SDK's task groups
+(``_unwrapping``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator, Iterable, Mapping
+from typing import TYPE_CHECKING, Any
+
+import attrs
+import trio
+
+from .._errors import RegistrationError
+from ._config import MCPServerConfig, parse_mcp_servers
+from ._server import MCPConnectionError, MCPServer, sole_leaf
+
+if TYPE_CHECKING:
+    from .._registry import ToolRegistry
+
+__all__ = ["open_mcp_server", "open_mcp_servers"]
+
+
+def _as_config(
+    name: str | MCPServerConfig, entry: Mapping[str, Any] | None, options: Mapping[str, Any]
+) -> MCPServerConfig:
+    if isinstance(name, MCPServerConfig):
+        return attrs.evolve(name, **options) if options else name
+    if entry is None:
+        raise TypeError(f"open_mcp_server({name!r}) needs the server's entry")
+    return MCPServerConfig.from_entry(name, entry, **options)
+
+
+@contextlib.asynccontextmanager
+async def _unwrapping() -> AsyncIterator[list[BaseException]]:
+    """Re-raise the caller's own exception unwrapped from task-group groups."""
+    raised: list[BaseException] = []
+    try:
+        yield raised
+    except BaseExceptionGroup as group:
+        leaf = sole_leaf(group)
+        if not raised or leaf is not raised[0]:
+            raise
+        context = leaf.__context__
+        try:
+            raise leaf from leaf.__cause__
+        finally:
+            leaf.__context__ = context
+
+
+@contextlib.asynccontextmanager
+async def open_mcp_server(
+    registry: ToolRegistry,
+    name: str | MCPServerConfig,
+    entry: Mapping[str, Any] | None = None,
+    **options: Any,
+) -> AsyncIterator[MCPServer]:
+    """Connect to one MCP server and register its tools while the block runs.
+
+    Example::
+
+        async with open_mcp_server(registry, "notes", {"command": "notes-mcp"}) as server:
+            print(server.tools)       # {"mcp__notes__read_note": MCPTool(...), ...}
+
+    Args:
+        registry: where the tools are registered (and unregistered on exit).
+        name: the server's name, or a complete ``MCPServerConfig``.
+        entry: the server's ``mcpServers`` entry when ``name`` is a string.
+        options: ``MCPServerConfig`` fields (``timeout``, ``mode``, ...).
+
+    Raises:
+        MCPConnectionError: the server could not be started or initialised.
+        RegistrationError: one of its tool names is already registered.
+        ValueError: the entry is malformed.
+    """
+    config = _as_config(name, entry, options)
+    server = MCPServer(config, registry)
+    async with _unwrapping() as raised, trio.open_nursery() as nursery:
+        # The connection lives in its own task, so a transport failure ends
+        # the connection (later calls get error results) but never reaches
+        # into the caller's block.
+        try:
+            await nursery.start(server._run)
+        except BaseException as exc:
+            raised.append(sole_leaf(exc))
+            raise
+        try:
+            yield server
+        except BaseException as exc:
+            raised.append(exc)
+            raise
+        finally:
+            server._unregister_all()
+            server._stop.set()
+
+
+@contextlib.asynccontextmanager
+async def open_mcp_servers(
+    registry: ToolRegistry,
+    config: Mapping[str, Any] | Iterable[MCPServerConfig],
+    **options: Any,
+) -> AsyncIterator[dict[str, MCPServer]]:
+    """Connect to every server of an ``mcpServers`` configuration, concurrently.
+
+    Example::
+
+        config = json.loads(Path("mcp.json").read_text())
+        async with open_mcp_servers(registry, config, timeout=30) as servers:
+            ...   # servers["notes"].tools
+
+    If any server fails to connect, the others are closed and the first
+    failure is raised. On exit (or cancellation) every server is closed.
+
+    Args:
+        registry: where the tools are registered.
+        config: ``{"mcpServers": {...}}``, the inner mapping, or configs.
+        options: ``MCPServerConfig`` fields applied to every server.
+
+    Raises:
+        MCPConnectionError, RegistrationError, ValueError: as ``open_mcp_server``.
+    """
+    if isinstance(config, Mapping):
+        configs = parse_mcp_servers(config, **options)
+    else:
+        configs = tuple(attrs.evolve(c, **options) for c in config)
+    names = [c.name for c in configs]
+    if len(set(names)) != len(names):
+        raise ValueError(f"MCP server names must be unique, got {names}")
+    servers: dict[str, MCPServer] = {}
+    failures: list[BaseException] = []
+    async with _unwrapping() as raised, trio.open_nursery() as nursery:
+        stop = trio.Event()
+
+        async def hold(cfg: MCPServerConfig, *, task_status: Any) -> None:
+            async with open_mcp_server(registry, cfg) as server:
+                task_status.started(server)
+                await stop.wait()
+
+        async def start(cfg: MCPServerConfig) -> None:
+            try:
+                servers[cfg.name] = await nursery.start(hold, cfg)
+            except BaseException as exc:
+                leaf = sole_leaf(exc)
+                if not isinstance(leaf, MCPConnectionError | RegistrationError):
+                    raise
+                failures.append(leaf)
+
+        async with trio.open_nursery() as starters:
+            for cfg in configs:
+                starters.start_soon(start, cfg)
+        if failures:
+            nursery.cancel_scope.cancel()
+        else:
+            try:
+                yield dict(servers)
+            except BaseException as exc:
+                raised.append(exc)
+                raise
+            finally:
+                stop.set()
+    if failures:
+        raise failures[0]

@@ -1,0 +1,231 @@
+"""The process module with real subprocesses: groups, termination, reaping, capture."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+
+import pytest
+import trio
+import trio.testing
+
+import toolexec._process
+from conftest import group_members
+from toolexec._process import (
+    LineTail,
+    OutputCapture,
+    PipeCollector,
+    group_alive,
+    open_group_process,
+    reap,
+    supervise,
+    terminate_group,
+)
+
+
+def _state(pid: int) -> str | None:
+    """The /proc state letter of ``pid`` (``Z`` for a zombie), or ``None`` if it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[0].decode()
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+
+
+def _runs(pid: int) -> bool:
+    return _state(pid) not in (None, "Z", "X")
+
+
+async def _start(script: str) -> trio.Process:
+    return await open_group_process(
+        ["sh", "-c", script], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=None
+    )
+
+
+async def _read_pids(process: trio.Process, count: int) -> list[int]:
+    """Read ``count`` whitespace-separated pids the script prints (it prints them once ready)."""
+    assert process.stdout is not None
+    text = b""
+    while len(text.split()) < count or not text.endswith(b"\n"):
+        chunk = await process.stdout.receive_some(1024)
+        assert chunk, f"the script ended after printing {text!r}"
+        text += chunk
+    return [int(p) for p in text.split()]
+
+
+@pytest.fixture
+def signals(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int]]:
+    """Every ``killpg`` the process module makes, as ``(pgid, signal)``; signal 0 is a probe."""
+    sent: list[tuple[int, int]] = []
+    real = os.killpg
+
+    def killpg(pgid: int, sig: int) -> None:
+        sent.append((pgid, int(sig)))
+        real(pgid, sig)
+
+    monkeypatch.setattr(toolexec._process.os, "killpg", killpg)
+    return sent
+
+
+def _real_signals(sent: list[tuple[int, int]]) -> list[int]:
+    return [sig for _pgid, sig in sent if sig != 0]
+
+
+# -- termination -----------------------------------------------------------------------
+
+
+async def test_a_group_that_ignores_sigterm_is_killed_after_the_grace_period(
+    signals: list[tuple[int, int]],
+) -> None:
+    # SIG_IGN is inherited, so the background child ignores SIGTERM too.
+    process = await _start("trap '' TERM; sleep 1000 & echo $$ $!; wait; wait")
+    leader, child = await _read_pids(process, 2)
+    with trio.fail_after(30):
+        await terminate_group(process, grace=0.2)
+    assert _real_signals(signals) == [signal.SIGTERM, signal.SIGCONT, signal.SIGKILL]
+    assert group_members(leader) == []
+    assert not _runs(child)
+    await reap(process, 0)
+    assert process.returncode == -signal.SIGKILL
+
+
+async def test_grandchildren_are_gone_and_the_leader_is_no_zombie() -> None:
+    script = "sleep 1000 & echo $!; (sleep 1000 & echo $!; wait) & wait"
+    process = await _start(script)
+    pids = await _read_pids(process, 2)
+    with trio.fail_after(30):
+        await reap(process, grace=5.0)
+    assert process.returncode == -signal.SIGTERM
+    assert group_members(process.pid) == []
+    assert not any(_runs(pid) for pid in pids)
+    assert _state(process.pid) is None  # reaped: not even a zombie is left of it
+    assert process.stdout is not None
+    with pytest.raises(trio.ClosedResourceError):  # and trio's pipe is closed
+        await process.stdout.receive_some(1)
+
+
+async def test_what_the_leader_leaves_behind_is_terminated(
+    signals: list[tuple[int, int]],
+) -> None:
+    process = await _start("sleep 1000 & echo $!")
+    (orphan,) = await _read_pids(process, 1)
+    assert await process.wait() == 0  # the leader is reaped; its child still runs
+    assert _runs(orphan)
+    assert group_alive(process)
+    with trio.fail_after(30):
+        await reap(process, grace=5.0)
+    assert signal.SIGTERM in _real_signals(signals)  # the group was known alive
+    assert not _runs(orphan)
+    assert group_members(process.pid) == []
+
+
+async def test_a_reaped_group_is_never_signalled(signals: list[tuple[int, int]]) -> None:
+    process = await _start("exit 0")
+    assert await process.wait() == 0
+    assert not group_alive(process)
+    await terminate_group(process, grace=5.0)
+    await reap(process, grace=5.0)
+    assert signals  # it did look (signal 0 is a probe, not a signal) ...
+    assert _real_signals(signals) == []  # ... and sent nothing to a pgid that may be reused
+
+
+async def test_sigkill_follows_even_when_termination_is_cancelled(
+    signals: list[tuple[int, int]],
+) -> None:
+    process = await _start("trap '' TERM; echo $$; sleep 1000 & wait; wait")
+    await _read_pids(process, 1)
+    with trio.CancelScope() as scope:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(terminate_group, process, 1000.0)
+            while signal.SIGTERM not in _real_signals(signals):
+                await trio.lowlevel.checkpoint()
+            await trio.testing.wait_all_tasks_blocked()
+            scope.cancel()
+    assert _real_signals(signals)[-1] == signal.SIGKILL
+    with trio.fail_after(30):
+        assert await process.wait() == -signal.SIGKILL
+    await reap(process, 0)
+
+
+async def test_reap_finishes_the_job_when_the_caller_is_cancelled() -> None:
+    process = await _start("sleep 1000 & echo $!; wait")
+    (child,) = await _read_pids(process, 1)
+    with trio.CancelScope() as scope:
+        try:
+            scope.cancel()
+            await trio.sleep_forever()
+        finally:
+            await reap(process, grace=5.0)  # shielded inside: runs to the end
+    assert scope.cancelled_caught
+    assert process.returncode is not None
+    assert not _runs(child)
+    assert group_members(process.pid) == []
+
+
+# -- capture ---------------------------------------------------------------------------
+
+
+async def _supervised(
+    script: str, collector: PipeCollector, *, limit: float, grace: float
+) -> tuple[trio.Process, bool]:
+    """Run ``script`` with its output in ``collector``, as the shell tool runs a command."""
+    try:
+        process = await open_group_process(
+            ["sh", "-c", script],
+            stdin=subprocess.DEVNULL,
+            stdout=collector.write_ends[0],
+            stderr=collector.write_ends[1],
+        )
+        collector.close_write_ends()
+        try:
+            timed_out = await supervise(process, collector, limit=limit, grace=grace)
+        finally:
+            await reap(process, 1.0)
+    finally:
+        collector.close()
+    return process, timed_out
+
+
+@pytest.mark.parametrize("pidfds", [True, False], ids=["pidfd", "watcher task"])
+async def test_capture_is_bounded_and_counts_everything(
+    pidfds: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if not pidfds:
+        monkeypatch.setattr(toolexec._process, "_pidfd_open", None)
+    out, err = OutputCapture(1000), OutputCapture(10)
+    seen: list[tuple[str, int]] = []
+    collector = PipeCollector(out, err, lambda name, chunk: seen.append((name, len(chunk))))
+    script = "head -c 5000000 /dev/zero; echo oops >&2"
+    process, timed_out = await _supervised(script, collector, limit=60, grace=1.0)
+    assert not timed_out
+    assert process.returncode == 0
+    assert (out.total, out.kept, out.truncated) == (5_000_000, 1000, True)
+    assert out.text().startswith("\0" * 500 + "\n[... 4999000 bytes omitted ...]\n")
+    assert (err.total, err.text()) == (5, "oops\n")
+    assert sum(n for name, n in seen if name == "stdout") == 5_000_000
+    assert ("stdout", 0) in seen  # the listener is told about EOF
+    assert ("stderr", 0) in seen
+
+
+async def test_supervise_ends_a_process_that_runs_out_of_time_and_keeps_its_last_words() -> None:
+    out = OutputCapture(1 << 20)
+    collector = PipeCollector(out, OutputCapture(100))
+    script = "trap 'echo bye; exit 0' TERM; echo hi; sleep 1000 & wait"
+    process, timed_out = await _supervised(script, collector, limit=0.5, grace=30.0)
+    assert timed_out
+    assert out.text() == "hi\nbye\n"
+    assert group_members(process.pid) == []
+
+
+def test_line_tail_keeps_the_last_lines_each_cut_short() -> None:
+    tail = LineTail(2, width=8)
+    assert tail.add(b"one\ntw") == ["one"]
+    assert tail.add(b"o\r\n" + b"x" * 100_000) == ["two"]
+    assert len(tail._partial) == 8  # a line without end costs no more than the width
+    assert tail.add(b"y\nfour \xff\n") == ["xxxxxxxx", "four \ufffd"]
+    assert list(tail.lines) == ["xxxxxxxx", "four \ufffd"]
+    assert tail.add(b"last") == []
+    assert tail.close() == ["last"]
+    assert list(tail.lines) == ["four \ufffd", "last"]
+    assert tail.close() == []
