@@ -157,21 +157,13 @@ def may_wait(pools: Pools, slots: Sequence[CallSlot]) -> bool:
     return len(slots) > pools.by_class[slots[0].routing].available_tokens
 
 
-async def run_call(rt: Runtime, slot: CallSlot, report: Reporter, turn: Turn | None = None) -> None:
+async def run_call(
+    rt: Runtime, slot: CallSlot, report: Reporter, turn: Turn | None = None
+) -> None:
     """Run one queued call to its result, and report it."""
-    if turn is not None:
-        try:
-            await turn.wait()
-        finally:
-            turn.pass_on()  # now, or at the latest when cancelled
-    if slot.needs_approval is not None:
-        slot.advance(State.APPROVING)
-        denial = await rt.asker.ask(slot, report)
-        if denial is not None:
-            slot.finish(denial)
-            if report.observed:
-                report.settle(slot)
-            return
+    waits = turn is not None or slot.needs_approval is not None
+    if waits and not await _take_turn_and_ask(rt, slot, report, turn):
+        return
     slot.advance(State.ADMITTING)
     async with Admission(rt.pools, slot):
         # A cancel may have landed while this call waited for its turn (or
@@ -205,6 +197,27 @@ async def run_call(rt: Runtime, slot: CallSlot, report: Reporter, turn: Turn | N
         slot.finish(_conclude(slot, output, failure, trio.current_time() - start))
     if report.observed:
         report.settle(slot)
+
+
+async def _take_turn_and_ask(
+    rt: Runtime, slot: CallSlot, report: Reporter, turn: Turn | None
+) -> bool:
+    """Wait for the call's turn and its approval; ``False`` if it was refused (and settled)."""
+    if turn is not None:
+        try:
+            await turn.wait()
+        finally:
+            turn.pass_on()  # now, or at the latest when cancelled
+    if slot.needs_approval is None:
+        return True
+    slot.advance(State.APPROVING)
+    denial = await rt.asker.ask(slot, report)
+    if denial is None:
+        return True
+    slot.finish(denial)
+    if report.observed:
+        report.settle(slot)
+    return False
 
 
 def _start(rt: Runtime, slot: CallSlot, report: Reporter) -> tuple[ToolContext, float, float]:

@@ -91,42 +91,68 @@ def _scan(command: str) -> list[list[tuple[str, bool]]] | None:
     """Split into commands of ``(word, has unquoted glob)``; ``None`` if not understood."""
     if any((ord(c) < 32 and c != "\t") or c == "\x7f" for c in command):
         return None
-    segments: list[list[tuple[str, bool]]] = [[]]
-    word: list[str] = []
-    started = glob = False
+    scanner = _Scanner(command)
     i, n = 0, len(command)
     while i < n:
         c = command[i]
         if c in " \t;|&":
-            if started:
-                segments[-1].append(("".join(word), glob))
-                word, started, glob = [], False, False
-            if c in " \t":
-                i += 1
-                continue
-            op = command[i : i + 2] if command[i : i + 2] in ("&&", "||") else c
-            if op in ("&", "|&") or command[i : i + 2] == "|&":
-                return None
-            segments.append([])
-            i += len(op)
-            continue
-        if c in "'\"":
-            end = command.find(c, i + 1)
-            if end < 0:
-                return None
-            inner = command[i + 1 : end]
-            if c == '"' and any(ch in inner for ch in "$`\\!"):
-                return None
-            word.append(inner)
-            started = True
-            i = end + 1
-            continue
-        if c in _UNSAFE_UNQUOTED:
+            step = scanner.separator(i)
+        elif c in "'\"":
+            step = scanner.quoted(i)
+        elif c in _UNSAFE_UNQUOTED:
             return None
-        glob = glob or c in _GLOB
-        word.append(c)
-        started = True
-        i += 1
-    if started:
-        segments[-1].append(("".join(word), glob))
-    return segments
+        else:
+            step = scanner.plain(i)
+        if step is None:
+            return None
+        i += step
+    scanner.end_word()
+    return scanner.segments
+
+
+class _Scanner:
+    """The state of ``_scan``: the commands so far and the word being read."""
+
+    def __init__(self, command: str) -> None:
+        self.command = command
+        self.segments: list[list[tuple[str, bool]]] = [[]]
+        self.word: list[str] = []
+        self.started = self.glob = False
+
+    def end_word(self) -> None:
+        if self.started:
+            self.segments[-1].append(("".join(self.word), self.glob))
+            self.word, self.started, self.glob = [], False, False
+
+    def separator(self, i: int) -> int | None:
+        """Blank or operator at ``i``: how many characters it takes; ``None``: refuse."""
+        self.end_word()
+        command, c = self.command, self.command[i]
+        if c in " \t":
+            return 1
+        pair = command[i : i + 2]
+        op = pair if pair in ("&&", "||") else c
+        if op == "&" or pair == "|&":  # background jobs, or stderr piped too
+            return None
+        self.segments.append([])
+        return len(op)
+
+    def quoted(self, i: int) -> int | None:
+        """A quoted string at ``i``; ``None`` if unterminated or expanding."""
+        command, c = self.command, self.command[i]
+        end = command.find(c, i + 1)
+        if end < 0:
+            return None
+        inner = command[i + 1 : end]
+        if c == '"' and any(ch in inner for ch in "$`\\!"):
+            return None
+        self.word.append(inner)
+        self.started = True
+        return end + 1 - i
+
+    def plain(self, i: int) -> int:
+        c = self.command[i]
+        self.glob = self.glob or c in _GLOB
+        self.word.append(c)
+        self.started = True
+        return 1

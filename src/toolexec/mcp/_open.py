@@ -99,6 +99,20 @@ async def open_mcp_server(
             server._stop.set()
 
 
+def _configs(
+    config: Mapping[str, Any] | Iterable[MCPServerConfig], options: Mapping[str, Any]
+) -> tuple[MCPServerConfig, ...]:
+    """The servers of ``config`` with ``options`` applied; their names must be unique."""
+    if isinstance(config, Mapping):
+        configs = parse_mcp_servers(config, **options)
+    else:
+        configs = tuple(attrs.evolve(c, **options) for c in config)
+    names = [c.name for c in configs]
+    if len(set(names)) != len(names):
+        raise ValueError(f"MCP server names must be unique, got {names}")
+    return configs
+
+
 @contextlib.asynccontextmanager
 async def open_mcp_servers(
     registry: ToolRegistry,
@@ -124,13 +138,7 @@ async def open_mcp_servers(
     Raises:
         MCPConnectionError, RegistrationError, ValueError: as ``open_mcp_server``.
     """
-    if isinstance(config, Mapping):
-        configs = parse_mcp_servers(config, **options)
-    else:
-        configs = tuple(attrs.evolve(c, **options) for c in config)
-    names = [c.name for c in configs]
-    if len(set(names)) != len(names):
-        raise ValueError(f"MCP server names must be unique, got {names}")
+    configs = _configs(config, options)
     servers: dict[str, MCPServer] = {}
     failures: list[BaseException] = []
     async with _unwrapping() as raised, trio.open_nursery() as nursery:

@@ -34,26 +34,35 @@ def _rewrite(node: Any, defs: Mapping[str, Any], seen: tuple[str, ...]) -> Any:
     if not isinstance(node, Mapping):
         return node
     if "$ref" in node:
-        ref = node["$ref"]
-        prefix = next((p for p in ("#/$defs/", "#/definitions/") if ref.startswith(p)), None)
-        if prefix is None or ref[len(prefix) :] not in defs:
-            raise UnportableSchema(f"$ref {ref!r} is not a local definition")
-        if ref in seen:
-            raise UnportableSchema(f"$ref {ref!r} is recursive")
-        target = _rewrite(defs[ref[len(prefix) :]], defs, (*seen, ref))
-        return {**target, **_rewrite({k: v for k, v in node.items() if k != "$ref"}, defs, seen)}
+        return _inline_ref(node, defs, seen)
     out = {k: _rewrite(v, defs, seen) for k, v in node.items() if k not in ("$defs", "definitions")}
     for key in ("anyOf", "oneOf"):
         if key in out:
-            branches = out.pop(key)
-            merged = _merge_types(branches, exclusive=key == "oneOf")
-            if merged is None:
-                raise UnportableSchema(f"{key} over overlapping alternatives")
-            for name, value in merged.items():
-                if name in out and out[name] != value:
-                    raise UnportableSchema(f"{key} conflicts with a sibling {name!r}")
-                out[name] = value
+            _merge_alternatives(out, key)
     return out
+
+
+def _inline_ref(node: Mapping[str, Any], defs: Mapping[str, Any], seen: tuple[str, ...]) -> Any:
+    """The local definition ``node`` refers to, with ``node``'s other keywords over it."""
+    ref = node["$ref"]
+    prefix = next((p for p in ("#/$defs/", "#/definitions/") if ref.startswith(p)), None)
+    if prefix is None or ref[len(prefix) :] not in defs:
+        raise UnportableSchema(f"$ref {ref!r} is not a local definition")
+    if ref in seen:
+        raise UnportableSchema(f"$ref {ref!r} is recursive")
+    target = _rewrite(defs[ref[len(prefix) :]], defs, (*seen, ref))
+    return {**target, **_rewrite({k: v for k, v in node.items() if k != "$ref"}, defs, seen)}
+
+
+def _merge_alternatives(out: dict[str, Any], key: str) -> None:
+    """Replace ``out[key]`` (``anyOf``/``oneOf``) by the one schema it amounts to."""
+    merged = _merge_types(out.pop(key), exclusive=key == "oneOf")
+    if merged is None:
+        raise UnportableSchema(f"{key} over overlapping alternatives")
+    for name, value in merged.items():
+        if name in out and out[name] != value:
+            raise UnportableSchema(f"{key} conflicts with a sibling {name!r}")
+        out[name] = value
 
 
 # Keywords that only describe; merging them loses nothing.
