@@ -339,9 +339,49 @@ async def test_a_server_crash_mid_call_is_an_error_not_a_hang() -> None:
     assert "closed the connection during the call to 'crash'" in crashed.text
     assert "exited with code 3" in crashed.text
     assert after.error_class is ErrorClass.EXECUTION_ERROR
-    assert "MCP server 't'" in after.text
+    # The later call never reached the server, and says so.
+    assert after.text.startswith("MCP server 't' is not connected (the server process exited")
+    assert after.text.endswith("the call was not sent.")
     assert pid is not None
     assert process_gone(pid)
+
+
+async def test_a_crashed_server_hands_out_no_client_and_leaves_no_child() -> None:
+    registry = ToolRegistry()
+    async with open_mcp_server(registry, "t", sdk_server_entry()) as server:
+        executor = ToolExecutor(registry)
+        [child] = await run(executor, ("mcp__t__spawn_child", {}))
+        child_pid = int(child.text)
+        assert server.connected
+        assert server.client is not None
+        await run(executor, ("mcp__t__crash", {}))
+        assert not server.connected
+        with pytest.raises(RuntimeError, match="'t' is not connected"):
+            _ = server.client
+        # The child is ended when the server dies, not when the block is left.
+        with trio.fail_after(10):
+            while not process_gone(child_pid):
+                await trio.sleep(0.01)
+
+
+@pytest.mark.parametrize(
+    ("name", "says"),
+    [
+        (
+            "my.server",
+            "cannot be part of a tool name (mcp__<server>__<tool>): use letters, "
+            "digits, '_' and '-', e.g. 'my_server'",
+        ),
+        ("a b", "e.g. 'a_b'"),
+        ("", "cannot be part of a tool name"),
+        ("n" * 50, "is 50 characters; at most 49"),
+    ],
+)
+def test_a_server_name_that_cannot_name_tools_is_refused(name: str, says: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(says)):
+        MCPServerConfig(name, command="server")
+    with pytest.raises(ValueError, match=re.escape(says)):
+        parse_mcp_servers({"mcpServers": {name: {"command": "server"}}})
 
 
 async def test_no_process_is_left_after_exit_or_cancellation() -> None:

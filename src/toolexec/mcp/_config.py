@@ -2,12 +2,33 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 import attrs
 
 __all__ = ["MCPServerConfig", "parse_mcp_servers"]
+
+
+_NAME = re.compile(r"[A-Za-z0-9_-]+")
+# Tool names are at most 64 characters: leave room for "mcp__<name>__" and a tool.
+_MAX_NAME = 64 - len("mcp____") - 8
+
+
+def _check_name(name: object) -> None:
+    """Refuse a server name that cannot be part of a tool name."""
+    if not isinstance(name, str) or not _NAME.fullmatch(name):
+        suggestion = re.sub(r"[^A-Za-z0-9_-]", "_", name) if isinstance(name, str) else "notes"
+        raise ValueError(
+            f"MCP server name {name!r} cannot be part of a tool name (mcp__<server>__<tool>): "
+            f"use letters, digits, '_' and '-', e.g. {suggestion!r}"
+        )
+    if len(name) > _MAX_NAME:
+        raise ValueError(
+            f"MCP server name {name!r} is {len(name)} characters; at most {_MAX_NAME} leave "
+            "room for its tools' names within the 64 characters providers accept"
+        )
 
 
 def _str_tuple(value: Iterable[str]) -> tuple[str, ...]:
@@ -43,7 +64,7 @@ class MCPServerConfig:
         connect_timeout: seconds allowed for starting and initialising.
     """
 
-    name: str
+    name: str = attrs.field(validator=lambda _i, _a, v: _check_name(v))
     command: str | None = None
     args: tuple[str, ...] = attrs.field(default=(), converter=_str_tuple)
     env: Mapping[str, str] = attrs.field(factory=dict, converter=_str_map)

@@ -106,9 +106,16 @@ class MCPServer:
         Resources and prompts, for instance. Raises ``RuntimeError`` once
         the connection is closed.
         """
-        if self._client is None or self._closed:
+        if self._client is None or not self.connected:
             raise RuntimeError(f"MCP server {self.name!r} is not connected")
         return self._client
+
+    @property
+    def connected(self) -> bool:
+        """Whether the connection is open and, for a stdio server, its process alive."""
+        if self._closed:
+            return False
+        return self._stdio is None or not self._stdio.exited.is_set()
 
     def prefix(self) -> str:
         """The prefix of this server's registered tool names (``mcp__<name>__``)."""
@@ -224,8 +231,8 @@ class MCPServer:
             if not started:
                 self._unregister_all()
                 raise
-            self._lost = f"{type(sole_leaf(exc)).__name__}: {sole_leaf(exc)}"
-            _log.warning("MCP server %r: connection lost: %s", self.name, self._lost)
+            self._lost = f"connection lost: {type(sole_leaf(exc)).__name__}: {sole_leaf(exc)}"
+            _log.warning("MCP server %r: %s", self.name, self._lost)
         finally:
             self._closed = True
         if scope.cancelled_caught and not started:
@@ -260,9 +267,8 @@ class MCPServer:
         self, remote: str, arguments: Mapping[str, Any], ctx: ToolContext
     ) -> ToolOutput:
         client = self._client
-        if client is None or self._closed:
-            lost = f" (connection lost: {self._lost})" if self._lost else ""
-            raise ToolError(f"MCP server '{self.name}' is not connected{lost}.")
+        if client is None or not self.connected:
+            raise ToolError(await self._not_connected())
         live = True
 
         async def on_progress(progress: float, total: float | None, message: str | None) -> None:
@@ -284,6 +290,14 @@ class MCPServer:
         finally:
             live = False
         return convert_result(result, self.name, remote)
+
+    async def _not_connected(self) -> str:
+        """Why calls cannot be made: the call did not reach the server."""
+        lost = self._lost
+        if not lost and self._stdio is not None and self._stdio.exited.is_set():
+            lost = self._lost = await self._stdio.exit_summary()
+        why = f" ({lost})" if lost else ""
+        return f"MCP server '{self.name}' is not connected{why}; the call was not sent."
 
     async def _error_text(self, remote: str, exc: MCPError) -> str:
         if exc.code == mcp_types.CONNECTION_CLOSED:

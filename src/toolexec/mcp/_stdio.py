@@ -67,6 +67,8 @@ class StdioProcess:
     config: MCPServerConfig
     process: trio.Process | None = None
     stderr: LineTail = attrs.field(factory=lambda: LineTail(_STDERR_LINES))
+    # Set when the server process has exited (a crash, while connected).
+    exited: trio.Event = attrs.field(factory=trio.Event)
 
     @contextlib.asynccontextmanager
     async def open(self) -> AsyncIterator[tuple[Any, Any]]:
@@ -89,6 +91,7 @@ class StdioProcess:
                 nursery.start_soon(self._read_stdout, process, read_send)
                 nursery.start_soon(self._write_stdin, process, write_recv, read_send)
                 nursery.start_soon(self._read_stderr, process)
+                nursery.start_soon(self._watch_exit, process)
                 try:
                     yield read_recv, write_send
                 finally:
@@ -133,6 +136,16 @@ class StdioProcess:
                     logger.debug("stderr: %s", line)
             for line in self.stderr.close():
                 logger.debug("stderr: %s", line)
+
+    async def _watch_exit(self, process: trio.Process) -> None:
+        """When the server exits, end what it left in its group at once.
+
+        A server that crashes while connected must not leave its children
+        running until the connection's block is left.
+        """
+        await process.wait()
+        self.exited.set()
+        await terminate_group(process, _EXIT_GRACE)
 
     async def _stop(self, process: trio.Process) -> None:
         """Close stdin, give the server a grace period to exit, then end its group.
