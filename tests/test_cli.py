@@ -320,3 +320,61 @@ def test_an_unexpected_failure_exits_1_and_asks_for_a_report(
     err = capsys.readouterr().err
     assert "RuntimeError: boom" in err
     assert "this is a bug in toolexec; please report it" in err
+
+
+HOSTILE_TEXT = [
+    "\x1b]0;owned\x07",  # OSC: retitle the terminal
+    "\x1b[2K\x1b[1A",  # CSI: clear the line, move up
+    "\x9b31m",  # C1 CSI
+    "a\nrun 9 read_only: forged",
+    "\u202eevil",  # bidi override
+    "x\u2028y",  # line separator
+]
+
+
+@pytest.mark.parametrize("hostile", HOSTILE_TEXT)
+def test_nothing_the_model_supplies_reaches_the_terminal_raw(
+    workspace: Path, tmp_path: Path, hostile: str
+) -> None:
+    response = {
+        "choices": [
+            {
+                "message": {
+                    "role": "assistant",
+                    "content": None,
+                    "tool_calls": [
+                        {
+                            "id": f"call{hostile}1",
+                            "type": "function",
+                            "function": {"name": "echo", "arguments": '{"text": "hi"}'},
+                        },
+                        {
+                            "id": f"call{hostile}2",
+                            "type": "function",
+                            "function": {"name": f"tool{hostile}", "arguments": "{}"},
+                        },
+                        {
+                            "id": "call3",
+                            "type": "function",
+                            "function": {
+                                "name": "echo",
+                                "arguments": json.dumps({"text": f"say {hostile}"}),
+                            },
+                        },
+                    ],
+                }
+            }
+        ]
+    }
+    path = tmp_path / "hostile.json"
+    path.write_text(json.dumps(response))
+    done = toolexec("exec", path, "--workspace", workspace, "--yes", "--format", "openai-chat")
+    assert done.returncode == 0, done.stderr
+    for stream in (done.stderr, done.stdout):
+        for line in stream.split("\n"):
+            assert line.isprintable(), repr(line)
+    assert not any(line.startswith("run 9") for line in done.stderr.split("\n"))
+    # stdout is still the same JSON, with every call id and text intact.
+    output = json.loads(done.stdout)
+    assert [m["tool_call_id"] for m in output] == [f"call{hostile}1", f"call{hostile}2", "call3"]
+    assert output[2]["content"] == f"say {hostile}"

@@ -157,9 +157,7 @@ def may_wait(pools: Pools, slots: Sequence[CallSlot]) -> bool:
     return len(slots) > pools.by_class[slots[0].routing].available_tokens
 
 
-async def run_call(
-    rt: Runtime, slot: CallSlot, report: Reporter, turn: Turn | None = None
-) -> None:
+async def run_call(rt: Runtime, slot: CallSlot, report: Reporter, turn: Turn | None = None) -> None:
     """Run one queued call to its result, and report it."""
     waits = turn is not None or slot.needs_approval is not None
     if waits and not await _take_turn_and_ask(rt, slot, report, turn):

@@ -29,6 +29,7 @@ import trio
 from . import formats
 from ._approval import ApprovalConfig, AutoApprover, TerminalApprover
 from ._builtins import register_builtin_tools
+from ._display import display_json, display_lines, display_text
 from ._events import (
     ApprovalRequested,
     ApprovalResolved,
@@ -211,22 +212,28 @@ class ProgressPrinter:
             self.stream.flush()
 
 
+_CALL_EVENTS = (CallStarted, CallProgress, ApprovalResolved, CallCompleted, CallFailed)
+
+
 def _progress_line(event: Event) -> str | None:
+    # Ids, names, messages and who answered come from the model or a peer:
+    # escaped, so none can move the cursor, retitle the terminal or forge a line.
     if isinstance(event, RunStarted):
         return f"run {event.index} ({event.routing.value}): {len(event.call_ids)} call(s)"
+    if not isinstance(event, _CALL_EVENTS):
+        return None
+    call = f"{display_text(event.call_id)} {display_text(event.tool_name)}"
     if isinstance(event, CallStarted):
-        return f"  start    {event.call_id} {event.tool_name}"
+        return f"  start    {call}"
     if isinstance(event, CallProgress):
-        return f"  progress {event.call_id} {event.tool_name}: {event.message}"
+        return f"  progress {call}: {display_text(event.message)}"
     if isinstance(event, ApprovalResolved):
         verdict = "approved" if event.approved else "denied"
-        return f"  {verdict:<8} {event.call_id} {event.tool_name} (by {event.by})"
+        return f"  {verdict:<8} {call} (by {display_text(event.by)})"
     if isinstance(event, CallCompleted):
-        return f"  ok       {event.call_id} {event.tool_name} ({event.duration * 1000:.1f} ms)"
-    if isinstance(event, CallFailed):
-        first = event.message.splitlines()[0] if event.message else ""
-        return f"  error    {event.call_id} {event.tool_name} [{event.error_class.value}] {first}"
-    return None
+        return f"  ok       {call} ({event.duration * 1000:.1f} ms)"
+    first = event.message.split("\n", 1)[0] if event.message else ""
+    return f"  error    {call} [{event.error_class.value}] {display_text(first)}"
 
 
 def _summary(results: Sequence[ToolResult]) -> str:
@@ -321,7 +328,7 @@ def _tools(args: argparse.Namespace) -> list[dict[str, Any]]:
 
 
 def _fail(stderr: TextIO, message: str, code: int) -> NoReturn:
-    stderr.write(f"toolexec: error: {message}\n")
+    stderr.write(f"toolexec: error: {display_lines(message)}\n")
     raise SystemExit(code)
 
 
@@ -345,6 +352,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception:
         traceback.print_exc(file=stderr)
         _fail(stderr, "unexpected failure (this is a bug in toolexec; please report it)", 1)
-    stdout.write(json.dumps(output, indent=2, ensure_ascii=False) + "\n")
+    stdout.write(display_json(json.dumps(output, indent=2, ensure_ascii=False)) + "\n")
     stdout.flush()
     return EXIT_OK

@@ -10,10 +10,12 @@ the Unicode categories Cc (controls: C0, DEL, C1), Cf (format), Cs
 (surrogates), Co (private use), Cn (unassigned), Zl and Zp (the line and
 paragraph separators). Everything else is printed as it is.
 
-The two functions differ only in how they spell an escape: ``show`` the
-way Python writes a string (``\\n``, ``\\x1b``, ``\\u202e``), since a path
-is read like one, and ``display_text`` always as ``\\uXXXX`` (a summary is
-JSON-like text where ``\\xNN`` would mean nothing).
+The functions differ only in how they spell an escape: ``show`` the way
+Python writes a string (``\\n``, ``\\x1b``, ``\\u202e``), since a path is
+read like one; ``display_text`` always as ``\\uXXXX`` (a summary is JSON-like
+text where ``\\xNN`` would mean nothing); ``display_json`` as JSON escapes
+(surrogate pairs above U+FFFF), so JSON stays JSON; ``display_lines``
+escapes each line of a text toolexec wrote itself, keeping its line breaks.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-__all__ = ["display_text", "show"]
+__all__ = ["display_json", "display_lines", "display_text", "show"]
 
 _ESCAPED_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"})
 _NAMED = {"\t": "\\t", "\n": "\\n", "\r": "\\r"}
@@ -70,3 +72,28 @@ def show(name: str) -> str:
 def display_text(text: str) -> str:
     """Escape control, format (bidi, zero-width) and unassigned characters as ``\\uXXXX``."""
     return _escape(text, _unicode_escape)
+
+
+def _json_escape(c: str) -> str:
+    if c == "\n":  # the JSON text's own layout: a newline in a string is already \\n
+        return c
+    code = ord(c)
+    if code <= 0xFFFF:
+        return f"\\u{code:04x}"
+    code -= 0x10000
+    return f"\\u{0xD800 + (code >> 10):04x}\\u{0xDC00 + (code & 0x3FF):04x}"
+
+
+def display_json(text: str) -> str:
+    """Escape, in JSON text, every such character as a JSON ``\\u`` escape.
+
+    ``json.dumps(..., ensure_ascii=False)`` keeps C1 controls, bidirectional
+    and zero-width characters as they are; the result of this is the same
+    JSON value, safe to print on a terminal.
+    """
+    return _escape(text, _json_escape)
+
+
+def display_lines(text: str) -> str:
+    """Escape each line of ``text`` as ``display_text`` does, keeping the line breaks."""
+    return "\n".join(display_text(line) for line in text.split("\n"))

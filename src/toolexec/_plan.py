@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 import attrs
 
+from ._display import display_text
 from ._types import RoutingClass
 
 if TYPE_CHECKING:
@@ -90,13 +91,22 @@ class BatchPlan:
     short_circuited_ids: tuple[str, ...] = ()
 
     def describe(self) -> str:
-        """One line per run, for people: ``run 1 read_only: c1 read_file, ...``."""
+        """One line per run, for people: ``run 1 read_only: c1 read_file, ...``.
+
+        Call ids and tool names come from the model: they are escaped, so
+        none can break a line or send a terminal control sequence.
+        """
         lines = [
             f"run {r.index} {r.routing.value}: "
-            + ", ".join(f"{cid} {name}" for cid, name in zip(r.call_ids, r.tool_names, strict=True))
+            + ", ".join(
+                f"{display_text(cid)} {display_text(name)}"
+                for cid, name in zip(r.call_ids, r.tool_names, strict=True)
+            )
             for r in self.runs
         ]
         if self.short_circuited:
-            ids = ", ".join(self.short_circuited_ids) or str(list(self.short_circuited))
+            ids = ", ".join(map(display_text, self.short_circuited_ids)) or str(
+                list(self.short_circuited)
+            )
             lines.append(f"answered without running: {ids}")
         return "\n".join(lines)

@@ -41,6 +41,7 @@ if TYPE_CHECKING:
 
 __all__ = ["fixup_module_metadata"]
 
+
 def _is_private(module: str) -> bool:
     """``toolexec._types`` and ``toolexec.mcp._server`` are private; ``toolexec.mcp`` is not."""
     head, *rest = module.split(".")
