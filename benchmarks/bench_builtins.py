@@ -66,7 +66,7 @@ async def main(reads: int, shells: int) -> None:
         small = root / "small.txt"
         small.write_text("hello, world\n" * 20)
         registry = ToolRegistry()
-        register_builtin_tools(registry, Workspace(root))
+        register_builtin_tools(registry, Workspace(root), shell=True)
         executor = ToolExecutor(registry)
         read_call = [ToolCall("r", "read_file", {"path": "small.txt"})]
         shell_call = [ToolCall("s", "shell", {"command": "true"})]

@@ -49,7 +49,7 @@ def root(tmp_path: Path) -> Path:
 
 def _executor(root: Path, **kw: Any) -> ToolExecutor:
     registry = ToolRegistry()
-    register_builtin_tools(registry, Workspace(root))
+    register_builtin_tools(registry, Workspace(root), shell=True)
     return ToolExecutor(registry, **kw)
 
 
@@ -60,7 +60,7 @@ async def call(executor: ToolExecutor, name: str, **arguments: Any) -> ToolResul
 
 def test_registration_declares_capabilities(root: Path) -> None:
     registry = ToolRegistry()
-    defs = {d.name: d for d in register_builtin_tools(registry, Workspace(root))}
+    defs = {d.name: d for d in register_builtin_tools(registry, Workspace(root), shell=True)}
     assert set(defs) == {
         "read_file",
         "write_file",
@@ -80,9 +80,10 @@ def test_registration_declares_capabilities(root: Path) -> None:
     assert defs["read_file"].path_arguments == {"path": "r"}
     assert defs["write_file"].path_arguments == {"path": "w"}
     assert defs["edit_file"].path_arguments == {"path": "w"}
-    no_shell = ToolRegistry()
-    register_builtin_tools(no_shell, Workspace(root), shell=False)
-    assert "shell" not in no_shell
+    by_default = ToolRegistry()
+    register_builtin_tools(by_default, Workspace(root))
+    assert "shell" not in by_default  # the shell is opt-in
+    assert set(by_default) == set(defs) - {"shell"}
 
 
 # -- read_file ------------------------------------------------------------------------

@@ -57,14 +57,17 @@ class EchoTool:
 
 
 def register_builtin_tools(
-    registry: ToolRegistry, workspace: Workspace, *, shell: bool = True
+    registry: ToolRegistry, workspace: Workspace, *, shell: bool = False
 ) -> list[ToolDefinition]:
     """Register the built-in tools for ``workspace``; return their definitions.
 
     Registers ``read_file``, ``write_file``, ``edit_file``, ``list_dir``,
-    ``search_files``, ``echo`` and (unless ``shell=False``) ``shell``. To
-    tune a tool (caps, timeouts), register its class yourself instead, e.g.
-    ``registry.register(ShellTool(workspace, default_timeout=30))``.
+    ``search_files`` and ``echo``, and ``shell`` only when asked
+    (``shell=True``): a shell runs anything the model writes, so give it an
+    approver too (``ToolExecutor(registry, approver=...)`` asks before every
+    write and command). To tune a tool (caps, timeouts), register its class
+    yourself instead, e.g. ``registry.register(ShellTool(workspace,
+    default_timeout=30))``.
 
     Raises:
         RegistrationError: a tool of the same name is already registered.

@@ -1,9 +1,10 @@
 """Tools that come with toolexec, and the factory type a registry takes.
 
-``toolexec.register_builtin_tools(registry, workspace)`` registers them all:
+``toolexec.register_builtin_tools(registry, workspace)`` registers them:
 ``read_file``, ``write_file``, ``edit_file``, ``list_dir`` and
-``search_files`` over a ``Workspace``, ``shell`` (bash in the workspace,
-its own process group, an allow-listed environment), and ``echo``. To tune
+``search_files`` over a ``Workspace``, and ``echo``; with ``shell=True``
+also ``shell`` (bash in the workspace, its own process group, an
+allow-listed environment). To tune
 one, register its class yourself. ``classify_shell_command`` is the
 read-only test ``ShellTool`` routes by; ``DirEntry`` is what
 ``Workspace.list_dir`` returns. Every class here is a ``ToolFactory``: a
@@ -15,7 +16,7 @@ Example::
     from toolexec import register_builtin_tools
     from toolexec.tools import ShellTool
 
-    register_builtin_tools(registry, workspace, shell=False)
+    register_builtin_tools(registry, workspace)  # no shell unless shell=True
     registry.register(ShellTool(workspace, default_timeout=30))
 """
 
