@@ -22,7 +22,7 @@ from toolexec.approval import (
 from toolexec.policy import Prefix, Rule, RulePolicy
 
 
-async def test_denied_by_user(registry: ToolRegistry, seen: list):
+async def test_denied_by_user(registry: ToolRegistry, seen: list) -> None:
     executor = ToolExecutor(registry, approver=Scripted(False))
     outcome = await executor.execute_batch([write("w")])
     assert outcome.results[0].error_class is ErrorClass.USER_DENIED
@@ -30,7 +30,7 @@ async def test_denied_by_user(registry: ToolRegistry, seen: list):
     assert seen == []
 
 
-async def test_reads_are_auto_and_writes_prompt_by_default(registry: ToolRegistry):
+async def test_reads_are_auto_and_writes_prompt_by_default(registry: ToolRegistry) -> None:
     approver = Scripted(True)
     executor = ToolExecutor(registry, approver=approver)
     outcome = await executor.execute_batch([ToolCall("r", "read_file", {"path": "a"}), write("w")])
@@ -38,7 +38,9 @@ async def test_reads_are_auto_and_writes_prompt_by_default(registry: ToolRegistr
     assert [r.call_id for r in approver.requests] == ["w"]
 
 
-async def test_confirmation_timeout(registry: ToolRegistry, autojump_clock: object, seen: list):
+async def test_confirmation_timeout(
+    registry: ToolRegistry, autojump_clock: object, seen: list
+) -> None:
     executor = ToolExecutor(
         registry, approver=Scripted(True, delay=1e6), approval=ApprovalConfig(timeout=30)
     )
@@ -48,7 +50,7 @@ async def test_confirmation_timeout(registry: ToolRegistry, autojump_clock: obje
     assert seen == []
 
 
-async def test_prompt_once_is_remembered_for_the_session_only(registry: ToolRegistry):
+async def test_prompt_once_is_remembered_for_the_session_only(registry: ToolRegistry) -> None:
     approver = Scripted(True)
     config = ApprovalConfig(modes={SideEffects.WRITE: ApprovalMode.PROMPT_ONCE})
     session = ToolExecutor(registry, approver=approver, approval=config)
@@ -61,7 +63,7 @@ async def test_prompt_once_is_remembered_for_the_session_only(registry: ToolRegi
     assert [r.call_id for r in approver.requests] == ["a", "e"]
 
 
-async def test_prompt_once_remembers_a_no_too(registry: ToolRegistry):
+async def test_prompt_once_remembers_a_no_too(registry: ToolRegistry) -> None:
     approver = Scripted(False)
     config = ApprovalConfig(per_tool={"write_file": "prompt_once"})
     session = ToolExecutor(registry, approver=approver, approval=config)
@@ -71,7 +73,7 @@ async def test_prompt_once_remembers_a_no_too(registry: ToolRegistry):
     assert len(approver.requests) == 1
 
 
-async def test_deny_mode_short_circuits(registry: ToolRegistry):
+async def test_deny_mode_short_circuits(registry: ToolRegistry) -> None:
     executor = ToolExecutor(
         registry,
         approver=AutoApprover(),
@@ -84,7 +86,7 @@ async def test_deny_mode_short_circuits(registry: ToolRegistry):
     assert "confirmation policy denies tools with side effects 'write'" in outcome.results[0].text
 
 
-async def test_trusted_workspace_lowers_the_bar(registry: ToolRegistry):
+async def test_trusted_workspace_lowers_the_bar(registry: ToolRegistry) -> None:
     approver = Scripted(True)
     config = ApprovalConfig(
         trusted_workspaces=["/srv/proj"], trusted_modes={SideEffects.WRITE: ApprovalMode.AUTO}
@@ -98,7 +100,7 @@ async def test_trusted_workspace_lowers_the_bar(registry: ToolRegistry):
 
 async def test_first_answer_wins_and_the_others_are_told(
     registry: ToolRegistry, autojump_clock: object
-):
+) -> None:
     fast, slow = Scripted(False, delay=1.0, by="phone"), Scripted(True, delay=5.0, by="laptop")
     executor = ToolExecutor(registry, approver=FirstAnswer([slow, fast]))
     outcome = await executor.execute_batch([write("w")])
@@ -108,7 +110,7 @@ async def test_first_answer_wins_and_the_others_are_told(
     assert trio.current_time() == pytest.approx(1.0)  # the slow responder was cancelled
 
 
-async def test_approval_is_bound_to_the_arguments_shown(registry: ToolRegistry, seen: list):
+async def test_approval_is_bound_to_the_arguments_shown(registry: ToolRegistry, seen: list) -> None:
     arguments = {"path": "notes/a.md", "text": "harmless"}
 
     def approve_then_tamper(request: ApprovalRequest) -> bool:
@@ -123,7 +125,7 @@ async def test_approval_is_bound_to_the_arguments_shown(registry: ToolRegistry, 
     assert seen == [{"path": "notes/a.md", "text": "harmless"}]
 
 
-def test_what_a_human_is_shown_escapes_control_and_bidi_characters():
+def test_what_a_human_is_shown_escapes_control_and_bidi_characters() -> None:
     request = ApprovalRequest(
         "c",
         "write_file",
@@ -139,7 +141,7 @@ def test_what_a_human_is_shown_escapes_control_and_bidi_characters():
     assert display_text("plain") == "plain"
 
 
-async def test_a_pending_approval_holds_no_permit(autojump_clock: object):
+async def test_a_pending_approval_holds_no_permit(autojump_clock: object) -> None:
     rec = Recorder()
     registry = ToolRegistry()
     registry.register(lambda: KVTool(rec, "write", SideEffects.WRITE, 1.0))
