@@ -22,7 +22,7 @@ from toolexec.approval import (
 from toolexec.policy import Prefix, Rule, RulePolicy
 
 
-async def test_denied_by_user(registry: ToolRegistry, seen: list) -> None:
+async def test_denied_by_user(registry: ToolRegistry, seen: list[dict[str, Any]]) -> None:
     executor = ToolExecutor(registry, approver=Scripted(False))
     outcome = await executor.execute_batch([write("w")])
     assert outcome.results[0].error_class is ErrorClass.USER_DENIED
@@ -39,7 +39,7 @@ async def test_reads_are_auto_and_writes_prompt_by_default(registry: ToolRegistr
 
 
 async def test_confirmation_timeout(
-    registry: ToolRegistry, autojump_clock: object, seen: list
+    registry: ToolRegistry, autojump_clock: object, seen: list[dict[str, Any]]
 ) -> None:
     executor = ToolExecutor(
         registry, approver=Scripted(True, delay=1e6), approval=ApprovalConfig(timeout=30)
@@ -110,7 +110,9 @@ async def test_first_answer_wins_and_the_others_are_told(
     assert trio.current_time() == pytest.approx(1.0)  # the slow responder was cancelled
 
 
-async def test_approval_is_bound_to_the_arguments_shown(registry: ToolRegistry, seen: list) -> None:
+async def test_approval_is_bound_to_the_arguments_shown(
+    registry: ToolRegistry, seen: list[dict[str, Any]]
+) -> None:
     arguments = {"path": "notes/a.md", "text": "harmless"}
 
     def approve_then_tamper(request: ApprovalRequest) -> bool:
@@ -180,7 +182,7 @@ async def test_a_pending_approval_holds_no_permit(autojump_clock: object) -> Non
 
 
 async def test_a_policy_ask_is_not_answered_by_a_remembered_yes(
-    registry: ToolRegistry, seen: list
+    registry: ToolRegistry, seen: list[dict[str, Any]]
 ) -> None:
     approver = Scripted(lambda request: "danger" not in request.arguments)
     executor = ToolExecutor(
@@ -196,7 +198,7 @@ async def test_a_policy_ask_is_not_answered_by_a_remembered_yes(
 
 
 async def test_an_answer_after_the_approval_timeout_does_not_count(
-    registry: ToolRegistry, seen: list, mock_clock: trio.testing.MockClock
+    registry: ToolRegistry, seen: list[dict[str, Any]], mock_clock: trio.testing.MockClock
 ) -> None:
     class Blocking:
         async def request(self, request: ApprovalRequest) -> ApprovalAnswer:
@@ -211,7 +213,7 @@ async def test_an_answer_after_the_approval_timeout_does_not_count(
 
 @pytest.mark.parametrize("answer", [True, None, "yes", 1], ids=repr)
 async def test_an_approver_answer_that_is_not_an_approval_answer_denies(
-    registry: ToolRegistry, seen: list, answer: object
+    registry: ToolRegistry, seen: list[dict[str, Any]], answer: object
 ) -> None:
     class Odd:
         async def request(self, request: ApprovalRequest) -> Any:

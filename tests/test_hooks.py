@@ -22,7 +22,7 @@ class Rewriter(CallHook):
 
 
 async def test_rewritten_arguments_are_validated_and_policy_checked_again(
-    registry: ToolRegistry, seen: list
+    registry: ToolRegistry, seen: list[dict[str, Any]]
 ) -> None:
     invalid = Rewriter({"text": "no path"})
     outcome = await ToolExecutor(registry, hooks=[invalid]).execute_batch([write("w")])
@@ -40,7 +40,9 @@ async def test_rewritten_arguments_are_validated_and_policy_checked_again(
     assert fine.after == ["w"]
 
 
-async def test_hooks_skip_and_fail_closed(registry: ToolRegistry, seen: list) -> None:
+async def test_hooks_skip_and_fail_closed(
+    registry: ToolRegistry, seen: list[dict[str, Any]]
+) -> None:
     class Gate(CallHook):
         def before_call(self, call, arguments, agent_path):  # type: ignore[no-untyped-def]
             if call.id == "skip":

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -30,7 +30,7 @@ def failures(events: list[Event]) -> list[tuple[str, ErrorClass]]:
 
 
 async def test_denied_by_rule_policy_with_reason_and_event(
-    registry: ToolRegistry, seen: list
+    registry: ToolRegistry, seen: list[dict[str, Any]]
 ) -> None:
     events: list[Event] = []
     policy = RulePolicy(
@@ -79,7 +79,7 @@ def test_rule_policy_first_match_wins_and_file_errors_name_the_field(tmp_path: P
 
 
 async def test_path_argument_outside_its_grant_is_refused(
-    registry: ToolRegistry, seen: list
+    registry: ToolRegistry, seen: list[dict[str, Any]]
 ) -> None:
     policy = CapabilityPolicy(
         {
