@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 import trio
 import trio.testing
 
 from conftest import KVTool, Recorder, Scripted, write
-from toolexec import ErrorClass, SideEffects, ToolCall, ToolExecutor, ToolRegistry
+from toolexec import ErrorClass, SideEffects, ToolCall, ToolExecutor, ToolRegistry, Workspace
 from toolexec._approval import display_text
 from toolexec.approval import (
     ApprovalAnswer,
@@ -20,6 +20,9 @@ from toolexec.approval import (
     FirstAnswer,
 )
 from toolexec.policy import Prefix, Rule, RulePolicy
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 
 async def test_denied_by_user(registry: ToolRegistry, seen: list[dict[str, Any]]) -> None:
@@ -86,13 +89,16 @@ async def test_deny_mode_short_circuits(registry: ToolRegistry) -> None:
     assert "confirmation policy denies tools with side effects 'write'" in outcome.results[0].text
 
 
-async def test_trusted_workspace_lowers_the_bar(registry: ToolRegistry) -> None:
+async def test_trusted_workspace_lowers_the_bar(registry: ToolRegistry, tmp_path: Path) -> None:
+    (tmp_path / "proj").mkdir()
+    (tmp_path / "other").mkdir()
+    proj, other = Workspace(tmp_path / "proj"), Workspace(tmp_path / "other")
     approver = Scripted(True)
     config = ApprovalConfig(
-        trusted_workspaces=["/srv/proj"], trusted_modes={SideEffects.WRITE: ApprovalMode.AUTO}
+        trusted_workspaces=[str(proj.root)], trusted_modes={SideEffects.WRITE: ApprovalMode.AUTO}
     )
-    trusted = ToolExecutor(registry, approver=approver, approval=config, workspace="/srv/proj")
-    untrusted = ToolExecutor(registry, approver=approver, approval=config, workspace="/tmp/x")
+    trusted = ToolExecutor(registry, approver=approver, approval=config, workspace=proj)
+    untrusted = ToolExecutor(registry, approver=approver, approval=config, workspace=other)
     await trusted.execute_batch([write("t")])
     await untrusted.execute_batch([write("u")])
     assert [r.call_id for r in approver.requests] == ["u"]
