@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import functools
 import itertools
 import threading
+from typing import TYPE_CHECKING, Any
 
 import pytest
 import trio
@@ -26,7 +28,13 @@ from toolexec import (
     function_tool,
 )
 from toolexec._policy import ALLOW
-from toolexec.events import CallbackSink, CallFailed
+from toolexec.events import BatchFinished, CallbackSink, CallFailed
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from toolexec import Batch, ExecutionStrategy, ToolDefinition
+    from toolexec.policy import Decision
 
 
 def make_registry(rec: Recorder, delay: float = 1.0) -> ToolRegistry:
@@ -37,7 +45,7 @@ def make_registry(rec: Recorder, delay: float = 1.0) -> ToolRegistry:
         ("write", SideEffects.WRITE),
         ("promo", SideEffects.WRITE),
     ]:
-        registry.register(lambda n=name, e=effects: KVTool(rec, n, e, delay))
+        registry.register(functools.partial(KVTool, rec, name, effects, delay))
     registry.register(lambda: KVTool(rec, "slow", SideEffects.READ, 100.0, timeout=5.0))
     return registry
 
@@ -131,7 +139,9 @@ async def test_short_circuits_answer_at_once_without_permit_or_split(
     recorder: Recorder, autojump_clock: object
 ) -> None:
     class DenyNamed:
-        def decide(self, definition, arguments, agent_path):  # type: ignore[no-untyped-def]
+        def decide(
+            self, definition: ToolDefinition, arguments: Mapping[str, Any], agent_path: str
+        ) -> Decision:
             return (
                 Deny("reads of 'secret' are not allowed") if arguments["key"] == "secret" else ALLOW
             )
@@ -222,7 +232,7 @@ async def test_every_permit_is_released(
     assert_idle(executor)
 
 
-async def _cancel_later(batch, delay: float) -> None:  # type: ignore[no-untyped-def]
+async def _cancel_later(batch: Batch, delay: float) -> None:
     await trio.sleep(delay)
     batch.cancel()
 
@@ -250,7 +260,9 @@ async def test_fork_shares_read_and_serial_pools_only(recorder: Recorder) -> Non
         (Batched(2), [["r0", "r1"], ["r2"], ["w0", "w1"], ["r3", "r4"]]),
     ],
 )
-async def test_strategies_cut_where_design_says(recorder: Recorder, strategy, expected):  # type: ignore[no-untyped-def]
+async def test_strategies_cut_where_design_says(
+    recorder: Recorder, strategy: ExecutionStrategy, expected: list[list[str]]
+) -> None:
     executor = ToolExecutor(make_registry(recorder), strategy=strategy)
     calls = [
         read("r0"),
@@ -267,9 +279,9 @@ async def test_strategies_cut_where_design_says(recorder: Recorder, strategy, ex
 
 
 @pytest.mark.parametrize("strategy", [Parallel(), Sequential(), Batched(2)])
-async def test_steering_skips_exactly_the_calls_not_started(  # type: ignore[no-untyped-def]
-    recorder: Recorder, autojump_clock: object, strategy
-):
+async def test_steering_skips_exactly_the_calls_not_started(
+    recorder: Recorder, autojump_clock: object, strategy: ExecutionStrategy
+) -> None:
     polls = 0
 
     def steering() -> list[str]:
@@ -359,7 +371,7 @@ async def test_cancel_all_cancels_every_running_batch(
         nursery.start_soon(run_one, "b")
         await trio.testing.wait_all_tasks_blocked()
         executor.cancel_all()
-    assert sorted(o.results[0].error_class.value for o in outcomes) == ["cancelled"] * 2  # type: ignore[union-attr]
+    assert [o.results[0].error_class for o in outcomes] == [ErrorClass.CANCELLED] * 2
 
 
 async def test_enclosing_cancellation_propagates_and_leaves_nothing_running(
@@ -409,7 +421,7 @@ async def test_sync_tool_thread_is_abandoned_on_cancel(recorder: Recorder) -> No
     assert_idle(executor)
 
 
-async def _cancel_when(batch, event: trio.Event) -> None:  # type: ignore[no-untyped-def]
+async def _cancel_when(batch: Batch, event: trio.Event) -> None:
     await event.wait()
     batch.cancel()
 
@@ -480,5 +492,5 @@ async def test_enclosing_cancellation_still_reports_every_unfinished_call(
         )
     failed = {e.call_id: e.error_class for e in events if isinstance(e, CallFailed)}
     assert failed == {"s": ErrorClass.CANCELLED, "w": ErrorClass.CANCELLED}
-    assert type(events[-1]).__name__ == "BatchFinished"
-    assert events[-1].cancelled  # type: ignore[attr-defined]
+    assert isinstance(events[-1], BatchFinished)
+    assert events[-1].cancelled

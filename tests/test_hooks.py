@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from conftest import write
 from toolexec import ErrorClass, ToolExecutor, ToolRegistry
 from toolexec.policy import CallHook, PathGlob, Rewrite, Rule, RulePolicy, Skip
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from toolexec import ToolCall, ToolResult
+    from toolexec.policy import HookDecision
 
 
 class Rewriter(CallHook):
@@ -14,10 +20,12 @@ class Rewriter(CallHook):
         self.arguments = arguments
         self.after: list[str] = []
 
-    def before_call(self, call, arguments, agent_path):  # type: ignore[no-untyped-def]
+    def before_call(
+        self, call: ToolCall, arguments: Mapping[str, Any], agent_path: str
+    ) -> HookDecision:
         return Rewrite(self.arguments) if call.name == "write_file" else None
 
-    def after_call(self, call, result, agent_path):  # type: ignore[no-untyped-def]
+    def after_call(self, call: ToolCall, result: ToolResult, agent_path: str) -> None:
         self.after.append(call.id)
 
 
@@ -44,7 +52,9 @@ async def test_hooks_skip_and_fail_closed(
     registry: ToolRegistry, seen: list[dict[str, Any]]
 ) -> None:
     class Gate(CallHook):
-        def before_call(self, call, arguments, agent_path):  # type: ignore[no-untyped-def]
+        def before_call(
+            self, call: ToolCall, arguments: Mapping[str, Any], agent_path: str
+        ) -> HookDecision:
             if call.id == "skip":
                 return Skip("the user is editing this file")
             if call.id == "boom":
