@@ -7,6 +7,7 @@ from typing import Annotated, Any, Literal
 import pytest
 
 from toolexec import (
+    JsonContent,
     RegistrationError,
     SideEffects,
     ToolCall,
@@ -166,5 +167,5 @@ async def test_function_tools_sync_and_async_run_and_return_values() -> None:
     outcome = await ToolExecutor(registry).execute_batch(
         [ToolCall("1", "add", {"a": 2, "b": 3}), ToolCall("2", "greet", '{"name": "ada"}')]
     )
-    assert outcome.results[0].content[0].value == 5  # type: ignore[union-attr]
+    assert outcome.results[0].content == (JsonContent(5),)
     assert outcome.results[1].text == "hello ada from 2"

@@ -14,6 +14,7 @@ from toolexec import (
     ErrorClass,
     RoutingClass,
     SideEffects,
+    TextContent,
     ToolCall,
     ToolContext,
     ToolDefinition,
@@ -189,7 +190,7 @@ async def test_the_host_backend_runs_the_tool_itself() -> None:
     ctx = ToolContext("c1", "note")
     output = await HostBackend().run(note(), {"text": "a"}, ctx)
     assert isinstance(HostBackend(), Backend)
-    assert output.content[0].text == "noted a"  # type: ignore[union-attr]
+    assert output.content == (TextContent("noted a"),)
 
 
 @pytest.mark.parametrize(
