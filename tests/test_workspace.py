@@ -31,7 +31,7 @@ from toolexec._builtins import _SearchState
 from toolexec.tools import EditFileTool, SearchFilesTool, register_builtin_tools
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Callable, Iterator
 
 SECRET = b"SECRET-OUTSIDE-BYTES"
 SRC = Path(__file__).parent.parent / "src"
@@ -231,7 +231,7 @@ def test_the_root_must_be_a_directory(tmp_path: Path) -> None:
 # -- a link swapped in while operations run -----------------------------------------
 
 
-def _exchange() -> object:
+def _exchange() -> Callable[[bytes, bytes], None] | None:
     """renameat2(RENAME_EXCHANGE) when libc has it: swaps two names atomically."""
     libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
     fn = getattr(libc, "renameat2", None)
@@ -259,7 +259,7 @@ def _swapping(root: Path, outside: Path) -> Iterator[list[int]]:
     def run() -> None:
         while not stop.is_set():
             if exchange is not None:
-                exchange(d, swap_name)  # type: ignore[operator]
+                exchange(d, swap_name)
             else:  # not atomic, but still races every step of a walk
                 with contextlib.suppress(OSError):
                     os.rename(d, d + b".real")
