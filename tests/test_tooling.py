@@ -1,7 +1,9 @@
 """The tooling gates run with the tests.
 
-Ruff lint and mypy strict on src/; CI runs the README's test command against
-the pins in constraints.txt; branch coverage has a floor that only goes up.
+Ruff lint, and mypy strict on src/ and on the tests, stress tests,
+benchmarks and examples that use it; CI runs the README's test command
+against the pins in constraints.txt; branch coverage has a floor that only
+goes up.
 """
 
 from __future__ import annotations
@@ -36,6 +38,16 @@ def test_ruff_is_clean() -> None:
 def test_mypy_strict_is_clean() -> None:
     result = _run(sys.executable, "-m", "mypy")
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_mypy_checks_the_tests_as_strictly_as_the_library() -> None:
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["mypy"]
+    assert config["strict"] is True
+    assert {"src/toolexec", "tests", "stress", "benchmarks", "examples"} <= set(config["files"])
+    assert "ignore-without-code" in config["enable_error_code"]
+    for override in config.get("overrides", []):
+        # Only third-party packages without types may be let off, and only their imports.
+        assert set(override) == {"module", "ignore_missing_imports"}, override
 
 
 def _readme_test_commands() -> list[str]:
