@@ -34,6 +34,8 @@ from toolexec import (
 from toolexec.testing import ScriptedModel
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from toolexec.models import Message
 
 FAN_OUT = 10
@@ -49,7 +51,7 @@ async def noop(n: int) -> str:
 def agent_model(depth: int) -> ScriptedModel:
     """A model for one agent: delegate to 10 children, or make one leaf call."""
 
-    def first(messages: list[Message]) -> list[ToolCall]:
+    def first(messages: Sequence[Message]) -> list[ToolCall]:
         level = int(next(m.text for m in messages if m.role == "user"))
         if level < depth:
             return [ToolCall(f"s{i}", "agent", {"task": str(level + 1)}) for i in range(FAN_OUT)]

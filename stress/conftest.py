@@ -12,14 +12,14 @@ import os
 
 from hypothesis import HealthCheck, settings
 
-_COMMON = {
-    "deadline": None,  # one example is a whole trio run; wall time varies
-    "suppress_health_check": [HealthCheck.too_slow, HealthCheck.data_too_large],
-    "print_blob": True,
-}
+_COMMON = settings(
+    deadline=None,  # one example is a whole trio run; wall time varies
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    print_blob=True,
+)
 
-settings.register_profile("stress-short", max_examples=60, **_COMMON)
-settings.register_profile("stress-long", max_examples=5000, **_COMMON)
+settings.register_profile("stress-short", _COMMON, max_examples=60)
+settings.register_profile("stress-long", _COMMON, max_examples=5000)
 
 
 def stress_profile() -> str:

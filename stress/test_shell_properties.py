@@ -17,9 +17,9 @@ import attrs
 import trio
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from tests.conftest import group_members, live_tasks, open_fds
 
 import toolexec._process
+from conftest import group_members, live_tasks, open_fds
 from stress.conftest import stress_profile
 from toolexec import ErrorClass, ToolCall, ToolExecutor, ToolRegistry, Workspace
 from toolexec.tools import ShellTool

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import pytest
 import trio
 import trio.testing
@@ -20,6 +22,11 @@ from toolexec import (
 from toolexec.events import CallbackSink, CallFailed, Event
 from toolexec.models import Message, Model, ModelResponse, Usage
 from toolexec.testing import ScriptedModel, ScriptExhaustedError, tool_call
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable
+
+    from toolexec import AgentResult
 
 
 def make_registry(log: list[str]) -> ToolRegistry:
@@ -160,7 +167,7 @@ async def test_host_cancel_of_a_batch_stops_the_loop_with_an_outcome() -> None:
     registry.register(wait_forever)
     executor = ToolExecutor(registry)
     model = ScriptedModel([tool_call("wait_forever"), "unreachable"])
-    box = []
+    box: list[AgentResult] = []
 
     async with trio.open_nursery() as nursery:
         nursery.start_soon(lambda: _store(box, AgentLoop(model, executor).run("go")))
@@ -173,8 +180,8 @@ async def test_host_cancel_of_a_batch_stops_the_loop_with_an_outcome() -> None:
     assert model.remaining == 1
 
 
-async def _store(box: list[object], coro: object) -> None:
-    box.append(await coro)  # type: ignore[misc]
+async def _store(box: list[AgentResult], coro: Awaitable[AgentResult]) -> None:
+    box.append(await coro)
 
 
 async def test_outer_cancellation_answers_every_call_and_leaves_no_task() -> None:

@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 import trio
 import trio.testing
 
 from conftest import KVTool, Recorder, Scripted, write
-from toolexec import ErrorClass, SideEffects, ToolCall, ToolExecutor, ToolRegistry
-from toolexec._approval import display_text
+from toolexec import ErrorClass, SideEffects, ToolCall, ToolExecutor, ToolRegistry, Workspace
+from toolexec._display import display_text
 from toolexec.approval import (
     ApprovalAnswer,
     ApprovalConfig,
@@ -21,8 +21,11 @@ from toolexec.approval import (
 )
 from toolexec.policy import Prefix, Rule, RulePolicy
 
+if TYPE_CHECKING:
+    from pathlib import Path
 
-async def test_denied_by_user(registry: ToolRegistry, seen: list):
+
+async def test_denied_by_user(registry: ToolRegistry, seen: list[dict[str, Any]]) -> None:
     executor = ToolExecutor(registry, approver=Scripted(False))
     outcome = await executor.execute_batch([write("w")])
     assert outcome.results[0].error_class is ErrorClass.USER_DENIED
@@ -30,7 +33,7 @@ async def test_denied_by_user(registry: ToolRegistry, seen: list):
     assert seen == []
 
 
-async def test_reads_are_auto_and_writes_prompt_by_default(registry: ToolRegistry):
+async def test_reads_are_auto_and_writes_prompt_by_default(registry: ToolRegistry) -> None:
     approver = Scripted(True)
     executor = ToolExecutor(registry, approver=approver)
     outcome = await executor.execute_batch([ToolCall("r", "read_file", {"path": "a"}), write("w")])
@@ -38,7 +41,9 @@ async def test_reads_are_auto_and_writes_prompt_by_default(registry: ToolRegistr
     assert [r.call_id for r in approver.requests] == ["w"]
 
 
-async def test_confirmation_timeout(registry: ToolRegistry, autojump_clock: object, seen: list):
+async def test_confirmation_timeout(
+    registry: ToolRegistry, autojump_clock: object, seen: list[dict[str, Any]]
+) -> None:
     executor = ToolExecutor(
         registry, approver=Scripted(True, delay=1e6), approval=ApprovalConfig(timeout=30)
     )
@@ -48,7 +53,7 @@ async def test_confirmation_timeout(registry: ToolRegistry, autojump_clock: obje
     assert seen == []
 
 
-async def test_prompt_once_is_remembered_for_the_session_only(registry: ToolRegistry):
+async def test_prompt_once_is_remembered_for_the_session_only(registry: ToolRegistry) -> None:
     approver = Scripted(True)
     config = ApprovalConfig(modes={SideEffects.WRITE: ApprovalMode.PROMPT_ONCE})
     session = ToolExecutor(registry, approver=approver, approval=config)
@@ -61,7 +66,7 @@ async def test_prompt_once_is_remembered_for_the_session_only(registry: ToolRegi
     assert [r.call_id for r in approver.requests] == ["a", "e"]
 
 
-async def test_prompt_once_remembers_a_no_too(registry: ToolRegistry):
+async def test_prompt_once_remembers_a_no_too(registry: ToolRegistry) -> None:
     approver = Scripted(False)
     config = ApprovalConfig(per_tool={"write_file": "prompt_once"})
     session = ToolExecutor(registry, approver=approver, approval=config)
@@ -71,7 +76,7 @@ async def test_prompt_once_remembers_a_no_too(registry: ToolRegistry):
     assert len(approver.requests) == 1
 
 
-async def test_deny_mode_short_circuits(registry: ToolRegistry):
+async def test_deny_mode_short_circuits(registry: ToolRegistry) -> None:
     executor = ToolExecutor(
         registry,
         approver=AutoApprover(),
@@ -84,13 +89,16 @@ async def test_deny_mode_short_circuits(registry: ToolRegistry):
     assert "confirmation policy denies tools with side effects 'write'" in outcome.results[0].text
 
 
-async def test_trusted_workspace_lowers_the_bar(registry: ToolRegistry):
+async def test_trusted_workspace_lowers_the_bar(registry: ToolRegistry, tmp_path: Path) -> None:
+    (tmp_path / "proj").mkdir()
+    (tmp_path / "other").mkdir()
+    proj, other = Workspace(tmp_path / "proj"), Workspace(tmp_path / "other")
     approver = Scripted(True)
     config = ApprovalConfig(
-        trusted_workspaces=["/srv/proj"], trusted_modes={SideEffects.WRITE: ApprovalMode.AUTO}
+        trusted_workspaces=[str(proj.root)], trusted_modes={SideEffects.WRITE: ApprovalMode.AUTO}
     )
-    trusted = ToolExecutor(registry, approver=approver, approval=config, workspace="/srv/proj")
-    untrusted = ToolExecutor(registry, approver=approver, approval=config, workspace="/tmp/x")
+    trusted = ToolExecutor(registry, approver=approver, approval=config, workspace=proj)
+    untrusted = ToolExecutor(registry, approver=approver, approval=config, workspace=other)
     await trusted.execute_batch([write("t")])
     await untrusted.execute_batch([write("u")])
     assert [r.call_id for r in approver.requests] == ["u"]
@@ -98,7 +106,7 @@ async def test_trusted_workspace_lowers_the_bar(registry: ToolRegistry):
 
 async def test_first_answer_wins_and_the_others_are_told(
     registry: ToolRegistry, autojump_clock: object
-):
+) -> None:
     fast, slow = Scripted(False, delay=1.0, by="phone"), Scripted(True, delay=5.0, by="laptop")
     executor = ToolExecutor(registry, approver=FirstAnswer([slow, fast]))
     outcome = await executor.execute_batch([write("w")])
@@ -108,7 +116,9 @@ async def test_first_answer_wins_and_the_others_are_told(
     assert trio.current_time() == pytest.approx(1.0)  # the slow responder was cancelled
 
 
-async def test_approval_is_bound_to_the_arguments_shown(registry: ToolRegistry, seen: list):
+async def test_approval_is_bound_to_the_arguments_shown(
+    registry: ToolRegistry, seen: list[dict[str, Any]]
+) -> None:
     arguments = {"path": "notes/a.md", "text": "harmless"}
 
     def approve_then_tamper(request: ApprovalRequest) -> bool:
@@ -123,7 +133,7 @@ async def test_approval_is_bound_to_the_arguments_shown(registry: ToolRegistry, 
     assert seen == [{"path": "notes/a.md", "text": "harmless"}]
 
 
-def test_what_a_human_is_shown_escapes_control_and_bidi_characters():
+def test_what_a_human_is_shown_escapes_control_and_bidi_characters() -> None:
     request = ApprovalRequest(
         "c",
         "write_file",
@@ -139,7 +149,7 @@ def test_what_a_human_is_shown_escapes_control_and_bidi_characters():
     assert display_text("plain") == "plain"
 
 
-async def test_a_pending_approval_holds_no_permit(autojump_clock: object):
+async def test_a_pending_approval_holds_no_permit(autojump_clock: object) -> None:
     rec = Recorder()
     registry = ToolRegistry()
     registry.register(lambda: KVTool(rec, "write", SideEffects.WRITE, 1.0))
@@ -178,7 +188,7 @@ async def test_a_pending_approval_holds_no_permit(autojump_clock: object):
 
 
 async def test_a_policy_ask_is_not_answered_by_a_remembered_yes(
-    registry: ToolRegistry, seen: list
+    registry: ToolRegistry, seen: list[dict[str, Any]]
 ) -> None:
     approver = Scripted(lambda request: "danger" not in request.arguments)
     executor = ToolExecutor(
@@ -194,7 +204,7 @@ async def test_a_policy_ask_is_not_answered_by_a_remembered_yes(
 
 
 async def test_an_answer_after_the_approval_timeout_does_not_count(
-    registry: ToolRegistry, seen: list, mock_clock: trio.testing.MockClock
+    registry: ToolRegistry, seen: list[dict[str, Any]], mock_clock: trio.testing.MockClock
 ) -> None:
     class Blocking:
         async def request(self, request: ApprovalRequest) -> ApprovalAnswer:
@@ -209,7 +219,7 @@ async def test_an_answer_after_the_approval_timeout_does_not_count(
 
 @pytest.mark.parametrize("answer", [True, None, "yes", 1], ids=repr)
 async def test_an_approver_answer_that_is_not_an_approval_answer_denies(
-    registry: ToolRegistry, seen: list, answer: object
+    registry: ToolRegistry, seen: list[dict[str, Any]], answer: object
 ) -> None:
     class Odd:
         async def request(self, request: ApprovalRequest) -> Any:

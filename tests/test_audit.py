@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from pathlib import Path
 
 
-async def test_audit_log_records_every_decision(registry: ToolRegistry, tmp_path: Path):
+async def test_audit_log_records_every_decision(registry: ToolRegistry, tmp_path: Path) -> None:
     path = tmp_path / "audit.jsonl"
     audit = JsonlAuditSink.open(path)
     policy = RulePolicy([Rule("deny", "read_file", reason="reads are off today")])
@@ -49,7 +49,7 @@ async def test_audit_log_records_every_decision(registry: ToolRegistry, tmp_path
     assert "duration" in records[-1] or any("duration" in r for r in records)
 
 
-def test_audit_log_survives_a_crash_mid_batch(tmp_path: Path):
+def test_audit_log_survives_a_crash_mid_batch(tmp_path: Path) -> None:
     path = tmp_path / "audit.jsonl"
     script = textwrap.dedent(f"""
         import os, signal, trio

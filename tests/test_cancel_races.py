@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import trio
 import trio.testing
 
@@ -15,6 +17,9 @@ from toolexec import (
     function_tool,
 )
 from toolexec.events import CallbackSink, CallCompleted
+
+if TYPE_CHECKING:
+    from toolexec import Batch
 
 
 def _registry(ran: list[str]) -> ToolRegistry:
@@ -53,7 +58,7 @@ async def test_cancel_before_run_starts_nothing() -> None:
 async def test_cancel_from_event_sink_stops_the_serial_run() -> None:
     """A host that cancels on the first completed call stops the calls after it."""
     ran: list[str] = []
-    batches = []
+    batches: list[Batch] = []
 
     def on_event(event: object) -> None:
         if isinstance(event, CallCompleted) and event.call_id == "c1":
@@ -95,7 +100,7 @@ async def test_cancel_as_a_run_ends_starts_no_reader(
         batch = executor.prepare(calls)
         async with trio.open_nursery() as nursery:
 
-            async def cancel_at_one(batch=batch) -> None:  # type: ignore[no-untyped-def]
+            async def cancel_at_one(batch: Batch = batch) -> None:
                 await trio.sleep_until(trio.current_time() + 1)
                 batch.cancel()
 
@@ -123,7 +128,7 @@ async def test_cancel_while_waiting_for_a_permit_starts_nothing(
 
     registry = ToolRegistry()
     registry.register(first_is_slow)
-    batches = []
+    batches: list[Batch] = []
 
     def on_event(event: object) -> None:
         if isinstance(event, CallCompleted):

@@ -91,14 +91,14 @@ async def returns_bytes() -> Any:
 )
 async def test_a_value_json_cannot_hold_is_an_execution_error_naming_its_type(
     fn: Callable[..., Any], named: str
-):
+) -> None:
     result = await run_one(single(fn), fn.__name__)
     assert result.is_error
     assert result.error_class is ErrorClass.EXECUTION_ERROR
     assert f"Tool '{fn.__name__}' {named}" in result.text
 
 
-async def test_a_forgotten_await_is_named_and_leaves_no_never_awaited_warning():
+async def test_a_forgotten_await_is_named_and_leaves_no_never_awaited_warning() -> None:
     async def inner() -> str:
         return "x"
 
@@ -111,7 +111,7 @@ async def test_a_forgotten_await_is_named_and_leaves_no_never_awaited_warning():
     assert "returned a coroutine (did you forget `await`?)" in result.text
 
 
-async def test_json_values_still_pass():
+async def test_json_values_still_pass() -> None:
     async def values() -> Any:
         """Return JSON."""
         return {"a": [1, 2.5, True, None, "é"], "b": (1, 2)}
@@ -150,7 +150,9 @@ class ReturnsOutput:
         (lambda: ToolOutput.text("a", is_error=False).__class__((), None), "details"),  # type: ignore[arg-type]
     ],
 )
-async def test_a_malformed_output_fails_where_it_is_made(make: Callable[[], Any], says: str):
+async def test_a_malformed_output_fails_where_it_is_made(
+    make: Callable[[], Any], says: str
+) -> None:
     registry = ToolRegistry()
     registry.register(ReturnsOutput(make))
     result = await run_one(registry, "out")
@@ -198,7 +200,9 @@ async def odd_group() -> str:
         (odd_group, "BaseExceptionGroup: tool's nursery"),
     ],
 )
-async def test_base_exceptions_of_a_tool_are_execution_errors(fn: Callable[..., Any], text: str):
+async def test_base_exceptions_of_a_tool_are_execution_errors(
+    fn: Callable[..., Any], text: str
+) -> None:
     registry = single(fn)
     registry.register(function_tool(side_effects=SideEffects.READ)(returns_set))
     executor = ToolExecutor(registry)
@@ -216,7 +220,7 @@ async def interrupts() -> str:
 
 
 @pytest.mark.parametrize("n", [1, 2, 5])
-async def test_keyboard_interrupt_comes_out_bare_whatever_the_batch_size(n: int):
+async def test_keyboard_interrupt_comes_out_bare_whatever_the_batch_size(n: int) -> None:
     registry = single(interrupts)
     executor = ToolExecutor(registry)
     with pytest.raises(KeyboardInterrupt) as caught:
@@ -225,7 +229,7 @@ async def test_keyboard_interrupt_comes_out_bare_whatever_the_batch_size(n: int)
     assert executor.statistics().read.borrowed == 0
 
 
-async def test_keyboard_interrupt_comes_out_bare_from_an_agent_loop():
+async def test_keyboard_interrupt_comes_out_bare_from_an_agent_loop() -> None:
     executor = ToolExecutor(single(interrupts))
     model = ScriptedModel([[tool_call("interrupts", {}), tool_call("interrupts", {})]])
     with pytest.raises(KeyboardInterrupt) as caught:
@@ -268,7 +272,7 @@ class Returns(CallHook):
 )
 async def test_a_hook_without_a_valid_decision_denies_only_that_call(
     decision: Any, says: str, caplog: pytest.LogCaptureFixture
-):
+) -> None:
     class OnlyFirst(Returns):
         def before_call(self, call: ToolCall, arguments: Any, agent_path: str) -> Any:
             return self.value if call.id == "1" else None
@@ -299,7 +303,7 @@ async def test_a_hook_without_a_valid_decision_denies_only_that_call(
         (object, ("<class 'object'>",)),
     ],
 )
-async def test_steering_answers_of_every_type(answer: Any, messages: tuple[str, ...]):
+async def test_steering_answers_of_every_type(answer: Any, messages: tuple[str, ...]) -> None:
     executor = ToolExecutor(echo_registry(), strategy=Sequential(), steering=lambda: answer)
     outcome = await executor.execute_batch(
         [ToolCall("1", "echo", {"text": "a"}), ToolCall("2", "echo", {"text": "b"})],
@@ -325,7 +329,7 @@ async def test_steering_answers_of_every_type(answer: Any, messages: tuple[str, 
 )
 def test_bad_host_inputs_are_refused_when_the_executor_is_built(
     kw: dict[str, Any], error: type[Exception], says: str
-):
+) -> None:
     with pytest.raises(error, match=re_escape(says)):
         ToolExecutor(echo_registry(), **kw)
 
@@ -370,7 +374,7 @@ ONCE = ApprovalConfig(per_tool={"put": ApprovalMode.PROMPT_ONCE})
 @pytest.mark.parametrize("approved", [True, False])
 async def test_concurrent_prompt_once_calls_ask_once_and_share_the_answer(
     approved: bool, autojump_clock: trio.abc.Clock
-):
+) -> None:
     registry, rec = promoted_writes()
     human = SlowHuman(approved)
     executor = ToolExecutor(
@@ -386,7 +390,7 @@ async def test_concurrent_prompt_once_calls_ask_once_and_share_the_answer(
     assert len(rec.store) == (3 if approved else 0)
 
 
-async def test_sibling_agents_ask_once_too(autojump_clock: trio.abc.Clock):
+async def test_sibling_agents_ask_once_too(autojump_clock: trio.abc.Clock) -> None:
     registry, _ = promoted_writes()
     human = SlowHuman()
     root = ToolExecutor(registry, approver=human, approval=ONCE)
@@ -399,7 +403,7 @@ async def test_sibling_agents_ask_once_too(autojump_clock: trio.abc.Clock):
 
 async def test_when_the_first_question_times_out_the_next_call_asks_again(
     autojump_clock: trio.abc.Clock,
-):
+) -> None:
     registry, _ = promoted_writes()
     human = SlowHuman(delay=100.0)
     config = ApprovalConfig(per_tool={"put": ApprovalMode.PROMPT_ONCE}, timeout=30.0)
@@ -427,7 +431,7 @@ async def test_when_the_first_question_times_out_the_next_call_asks_again(
 )
 async def test_waiting_calls_are_admitted_in_emitted_order(
     config: ConcurrencyConfig, autojump_clock: trio.abc.Clock
-):
+) -> None:
     rec = Recorder()
     registry = ToolRegistry()
     registry.register(lambda: KVTool(rec, "get", SideEffects.READ))
@@ -441,7 +445,7 @@ async def test_waiting_calls_are_admitted_in_emitted_order(
         assert rec.order("start") == [str(i) for i in range(12)]
 
 
-async def test_a_run_that_cannot_wait_needs_no_turns(autojump_clock: trio.abc.Clock):
+async def test_a_run_that_cannot_wait_needs_no_turns(autojump_clock: trio.abc.Clock) -> None:
     from toolexec._callpath import may_wait
     from toolexec._lifecycle import CallSlot
 

@@ -18,7 +18,7 @@ def blocks(page: str) -> list[str]:
 
 
 @pytest.mark.parametrize("page", PAGES)
-def test_page_examples_run(page: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+def test_page_examples_run(page: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     code = blocks(page)
     assert code, f"{page} has no examples"
     monkeypatch.chdir(tmp_path)  # examples may write files

@@ -12,7 +12,7 @@ from pathlib import Path
 ROOT = Path(__file__).parent.parent
 
 
-def test_quickstart_prints_the_plan_and_results_in_order():
+def test_quickstart_prints_the_plan_and_results_in_order() -> None:
     out = subprocess.run(
         [sys.executable, str(ROOT / "examples" / "quickstart.py")],
         capture_output=True,
@@ -28,7 +28,7 @@ def test_quickstart_prints_the_plan_and_results_in_order():
     assert "call_5 delete_note [not_found]" in out
 
 
-def test_readme_main_job_runs_as_written(tmp_path: Path):
+def test_readme_main_job_runs_as_written(tmp_path: Path) -> None:
     readme = (ROOT / "README.md").read_text()
     line = readme.split("Run the main job")[1].split("```sh\n")[1].split("\n")[0]
     command = line.split("&& ")[-1].replace(".venv/bin/toolexec", f"{sys.executable} -m toolexec")
@@ -46,7 +46,7 @@ def test_readme_main_job_runs_as_written(tmp_path: Path):
     assert (workspace / "out" / "summary.md").exists()
 
 
-def test_readme_sample_runs():
+def test_readme_sample_runs() -> None:
     readme = (ROOT / "README.md").read_text()
     code = readme.split("## In thirty seconds")[1].split("```python")[1].split("```")[0]
     out = subprocess.run(

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import functools
 import itertools
 import threading
+from typing import TYPE_CHECKING, Any
 
 import pytest
 import trio
@@ -26,7 +28,13 @@ from toolexec import (
     function_tool,
 )
 from toolexec._policy import ALLOW
-from toolexec.events import CallbackSink, CallFailed
+from toolexec.events import BatchFinished, CallbackSink, CallFailed
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from toolexec import Batch, ExecutionStrategy, ToolDefinition
+    from toolexec.policy import Decision
 
 
 def make_registry(rec: Recorder, delay: float = 1.0) -> ToolRegistry:
@@ -37,7 +45,7 @@ def make_registry(rec: Recorder, delay: float = 1.0) -> ToolRegistry:
         ("write", SideEffects.WRITE),
         ("promo", SideEffects.WRITE),
     ]:
-        registry.register(lambda n=name, e=effects: KVTool(rec, n, e, delay))
+        registry.register(functools.partial(KVTool, rec, name, effects, delay))
     registry.register(lambda: KVTool(rec, "slow", SideEffects.READ, 100.0, timeout=5.0))
     return registry
 
@@ -58,7 +66,9 @@ def assert_idle(executor: ToolExecutor) -> None:
     assert stats.calls_in_flight == 0
 
 
-async def test_read_write_read_sees_write_only_after(recorder: Recorder, autojump_clock: object):
+async def test_read_write_read_sees_write_only_after(
+    recorder: Recorder, autojump_clock: object
+) -> None:
     recorder.store["A"] = "old"
     executor = ToolExecutor(make_registry(recorder))
     # The first read is slow and the write fast: without the barrier the
@@ -83,7 +93,7 @@ async def test_read_write_read_sees_write_only_after(recorder: Recorder, autojum
 
 async def test_serial_mutators_run_one_at_a_time_in_emitted_order(
     recorder: Recorder, autojump_clock: object
-):
+) -> None:
     executor = ToolExecutor(make_registry(recorder))
     # Decreasing delays: any overlap or reordering would finish later calls first.
     calls = [write(f"w{i}", key=f"k{i}", delay=10.0 - i) for i in range(8)]
@@ -95,7 +105,7 @@ async def test_serial_mutators_run_one_at_a_time_in_emitted_order(
     assert len(outcome.plan.runs) == 1
 
 
-async def test_calls_in_a_read_only_run_overlap(recorder: Recorder, autojump_clock: object):
+async def test_calls_in_a_read_only_run_overlap(recorder: Recorder, autojump_clock: object) -> None:
     executor = ToolExecutor(make_registry(recorder))
     outcome = await executor.execute_batch([read(f"r{i}") for i in range(6)])
     assert recorder.total_peak == 6
@@ -104,7 +114,7 @@ async def test_calls_in_a_read_only_run_overlap(recorder: Recorder, autojump_clo
 
 async def test_nothing_of_the_next_run_starts_before_the_previous_ends(
     recorder: Recorder, autojump_clock: object
-):
+) -> None:
     executor = ToolExecutor(make_registry(recorder), config=ConcurrencyConfig(promoted={"promo"}))
     calls = [
         read("r1", delay=3.0),
@@ -127,9 +137,11 @@ async def test_nothing_of_the_next_run_starts_before_the_previous_ends(
 
 async def test_short_circuits_answer_at_once_without_permit_or_split(
     recorder: Recorder, autojump_clock: object
-):
+) -> None:
     class DenyNamed:
-        def decide(self, definition, arguments, agent_path):  # type: ignore[no-untyped-def]
+        def decide(
+            self, definition: ToolDefinition, arguments: Mapping[str, Any], agent_path: str
+        ) -> Decision:
             return (
                 Deny("reads of 'secret' are not allowed") if arguments["key"] == "secret" else ALLOW
             )
@@ -170,7 +182,7 @@ async def test_short_circuits_answer_at_once_without_permit_or_split(
     assert all(r.routing is RoutingClass.SHORT_CIRCUIT for r in outcome.results[1:5])
 
 
-async def test_validation_lists_every_violation_with_its_path(recorder: Recorder):
+async def test_validation_lists_every_violation_with_its_path(recorder: Recorder) -> None:
     executor = ToolExecutor(make_registry(recorder))
     outcome = await executor.execute_batch(
         [ToolCall("c", "write", {"value": 1, "delay": "soon", "extra": True})]
@@ -182,7 +194,7 @@ async def test_validation_lists_every_violation_with_its_path(recorder: Recorder
     assert len(outcome.results[0].details["violations"]) == 4
 
 
-async def test_caps_are_never_exceeded(recorder: Recorder, autojump_clock: object):
+async def test_caps_are_never_exceeded(recorder: Recorder, autojump_clock: object) -> None:
     config = ConcurrencyConfig(read_width=3, per_tool={"read": 2})
     executor = ToolExecutor(make_registry(recorder), config=config)
     calls = [read(f"a{i}") for i in range(10)] + [
@@ -197,7 +209,9 @@ async def test_caps_are_never_exceeded(recorder: Recorder, autojump_clock: objec
 
 
 @pytest.mark.parametrize("how", ["success", "error", "timeout", "cancel"])
-async def test_every_permit_is_released(recorder: Recorder, autojump_clock: object, how: str):
+async def test_every_permit_is_released(
+    recorder: Recorder, autojump_clock: object, how: str
+) -> None:
     config = ConcurrencyConfig(per_tool={"slow": 1, "read": 1, "write": 1})
     executor = ToolExecutor(make_registry(recorder), config=config)
     tool = "slow" if how in ("timeout", "cancel") else "read"
@@ -218,12 +232,12 @@ async def test_every_permit_is_released(recorder: Recorder, autojump_clock: obje
     assert_idle(executor)
 
 
-async def _cancel_later(batch, delay: float) -> None:  # type: ignore[no-untyped-def]
+async def _cancel_later(batch: Batch, delay: float) -> None:
     await trio.sleep(delay)
     batch.cancel()
 
 
-async def test_fork_shares_read_and_serial_pools_only(recorder: Recorder):
+async def test_fork_shares_read_and_serial_pools_only(recorder: Recorder) -> None:
     config = ConcurrencyConfig(per_tool={"read": 2})
     parent = ToolExecutor(make_registry(recorder), config=config)
     child = parent.fork_for_subagent("researcher")
@@ -246,7 +260,9 @@ async def test_fork_shares_read_and_serial_pools_only(recorder: Recorder):
         (Batched(2), [["r0", "r1"], ["r2"], ["w0", "w1"], ["r3", "r4"]]),
     ],
 )
-async def test_strategies_cut_where_design_says(recorder: Recorder, strategy, expected):  # type: ignore[no-untyped-def]
+async def test_strategies_cut_where_design_says(
+    recorder: Recorder, strategy: ExecutionStrategy, expected: list[list[str]]
+) -> None:
     executor = ToolExecutor(make_registry(recorder), strategy=strategy)
     calls = [
         read("r0"),
@@ -263,9 +279,9 @@ async def test_strategies_cut_where_design_says(recorder: Recorder, strategy, ex
 
 
 @pytest.mark.parametrize("strategy", [Parallel(), Sequential(), Batched(2)])
-async def test_steering_skips_exactly_the_calls_not_started(  # type: ignore[no-untyped-def]
-    recorder: Recorder, autojump_clock: object, strategy
-):
+async def test_steering_skips_exactly_the_calls_not_started(
+    recorder: Recorder, autojump_clock: object, strategy: ExecutionStrategy
+) -> None:
     polls = 0
 
     def steering() -> list[str]:
@@ -289,7 +305,7 @@ async def test_steering_skips_exactly_the_calls_not_started(  # type: ignore[no-
 
 async def test_one_result_per_call_in_order_whatever_fails(
     recorder: Recorder, autojump_clock: object
-):
+) -> None:
     @function_tool(side_effects=SideEffects.READ)
     async def explode(kind: str) -> str:
         if kind == "tool_error":
@@ -323,7 +339,7 @@ async def test_one_result_per_call_in_order_whatever_fails(
 
 async def test_host_cancel_answers_every_unfinished_call(
     recorder: Recorder, autojump_clock: object
-):
+) -> None:
     executor = ToolExecutor(make_registry(recorder))
     calls = [read("r0", delay=1.0), ToolCall("s", "slow", {"key": "k"}), write("w0"), read("r1")]
     batch = executor.prepare(calls)
@@ -341,7 +357,9 @@ async def test_host_cancel_answers_every_unfinished_call(
     assert_idle(executor)
 
 
-async def test_cancel_all_cancels_every_running_batch(recorder: Recorder, autojump_clock: object):
+async def test_cancel_all_cancels_every_running_batch(
+    recorder: Recorder, autojump_clock: object
+) -> None:
     executor = ToolExecutor(make_registry(recorder))
     outcomes = []
 
@@ -353,12 +371,12 @@ async def test_cancel_all_cancels_every_running_batch(recorder: Recorder, autoju
         nursery.start_soon(run_one, "b")
         await trio.testing.wait_all_tasks_blocked()
         executor.cancel_all()
-    assert sorted(o.results[0].error_class.value for o in outcomes) == ["cancelled"] * 2  # type: ignore[union-attr]
+    assert [o.results[0].error_class for o in outcomes] == [ErrorClass.CANCELLED] * 2
 
 
 async def test_enclosing_cancellation_propagates_and_leaves_nothing_running(
     recorder: Recorder, autojump_clock: object
-):
+) -> None:
     executor = ToolExecutor(make_registry(recorder))
     with trio.move_on_after(2.0) as scope:
         await executor.execute_batch([ToolCall("s", "slow", {"key": "k"}), read("r")])
@@ -367,7 +385,7 @@ async def test_enclosing_cancellation_propagates_and_leaves_nothing_running(
     assert_idle(executor)
 
 
-async def test_keyboard_interrupt_is_never_a_result(recorder: Recorder):
+async def test_keyboard_interrupt_is_never_a_result(recorder: Recorder) -> None:
     @function_tool(side_effects=SideEffects.READ)
     async def interrupt() -> str:
         raise KeyboardInterrupt
@@ -378,7 +396,7 @@ async def test_keyboard_interrupt_is_never_a_result(recorder: Recorder):
         await ToolExecutor(registry).execute_batch([ToolCall("k", "interrupt")])
 
 
-async def test_sync_tool_thread_is_abandoned_on_cancel(recorder: Recorder):
+async def test_sync_tool_thread_is_abandoned_on_cancel(recorder: Recorder) -> None:
     release = threading.Event()
     entered = trio.Event()
     token = trio.lowlevel.current_trio_token()
@@ -403,12 +421,14 @@ async def test_sync_tool_thread_is_abandoned_on_cancel(recorder: Recorder):
     assert_idle(executor)
 
 
-async def _cancel_when(batch, event: trio.Event) -> None:  # type: ignore[no-untyped-def]
+async def _cancel_when(batch: Batch, event: trio.Event) -> None:
     await event.wait()
     batch.cancel()
 
 
-async def test_events_cover_the_lifecycle_and_a_raising_sink_is_harmless(recorder: Recorder):
+async def test_events_cover_the_lifecycle_and_a_raising_sink_is_harmless(
+    recorder: Recorder,
+) -> None:
     seen: list[str] = []
 
     def explode(event: object) -> None:
@@ -432,7 +452,7 @@ async def test_events_cover_the_lifecycle_and_a_raising_sink_is_harmless(recorde
     ]
 
 
-async def test_a_batch_runs_once(recorder: Recorder):
+async def test_a_batch_runs_once(recorder: Recorder) -> None:
     batch = ToolExecutor(make_registry(recorder, delay=0.0)).prepare([read("r")])
     await batch.run()
     with pytest.raises(RuntimeError, match="already run"):
@@ -445,7 +465,7 @@ async def test_a_batch_runs_once(recorder: Recorder):
 )
 async def test_arguments_that_are_not_an_object_are_named_in_json_terms(
     recorder: Recorder, raw: str, said: str
-):
+) -> None:
     outcome = await ToolExecutor(make_registry(recorder)).execute_batch(
         [ToolCall("c", "read", raw)]
     )
@@ -455,7 +475,7 @@ async def test_arguments_that_are_not_an_object_are_named_in_json_terms(
     )
 
 
-async def test_an_empty_batch_has_no_runs_and_no_results(recorder: Recorder):
+async def test_an_empty_batch_has_no_runs_and_no_results(recorder: Recorder) -> None:
     outcome = await ToolExecutor(make_registry(recorder)).execute_batch([])
     assert outcome.results == ()
     assert outcome.plan.runs == ()
@@ -463,7 +483,7 @@ async def test_an_empty_batch_has_no_runs_and_no_results(recorder: Recorder):
 
 async def test_enclosing_cancellation_still_reports_every_unfinished_call(
     recorder: Recorder, autojump_clock: object
-):
+) -> None:
     events: list[object] = []
     executor = ToolExecutor(make_registry(recorder), sinks=[CallbackSink(events.append)])
     with trio.move_on_after(2.0):
@@ -472,5 +492,5 @@ async def test_enclosing_cancellation_still_reports_every_unfinished_call(
         )
     failed = {e.call_id: e.error_class for e in events if isinstance(e, CallFailed)}
     assert failed == {"s": ErrorClass.CANCELLED, "w": ErrorClass.CANCELLED}
-    assert type(events[-1]).__name__ == "BatchFinished"
-    assert events[-1].cancelled  # type: ignore[attr-defined]
+    assert isinstance(events[-1], BatchFinished)
+    assert events[-1].cancelled

@@ -26,7 +26,7 @@ from toolexec.policy import ExecutionGrant
 
 
 async def test_arguments_json_cannot_build_are_invalid_and_the_rest_run(
-    registry: ToolRegistry, seen: list
+    registry: ToolRegistry, seen: list[dict[str, Any]]
 ) -> None:
     outcome = await ToolExecutor(registry).execute_batch(
         [
@@ -60,7 +60,9 @@ async def test_a_value_json_cannot_hold_is_an_invalid_argument_even_when_listed(
     assert outcome.results[0].error_class is ErrorClass.INVALID_ARGUMENTS
 
 
-async def test_a_policy_that_raises_denies(registry: ToolRegistry, seen: list) -> None:
+async def test_a_policy_that_raises_denies(
+    registry: ToolRegistry, seen: list[dict[str, Any]]
+) -> None:
     class Broken:
         def decide(self, definition: Any, arguments: Any, agent_path: str) -> Any:
             raise RuntimeError("policy bug")

@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from conftest import write
 from toolexec import ErrorClass, ToolExecutor, ToolRegistry
 from toolexec.policy import CallHook, PathGlob, Rewrite, Rule, RulePolicy, Skip
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from toolexec import ToolCall, ToolResult
+    from toolexec.policy import HookDecision
 
 
 class Rewriter(CallHook):
@@ -14,16 +20,18 @@ class Rewriter(CallHook):
         self.arguments = arguments
         self.after: list[str] = []
 
-    def before_call(self, call, arguments, agent_path):  # type: ignore[no-untyped-def]
+    def before_call(
+        self, call: ToolCall, arguments: Mapping[str, Any], agent_path: str
+    ) -> HookDecision:
         return Rewrite(self.arguments) if call.name == "write_file" else None
 
-    def after_call(self, call, result, agent_path):  # type: ignore[no-untyped-def]
+    def after_call(self, call: ToolCall, result: ToolResult, agent_path: str) -> None:
         self.after.append(call.id)
 
 
 async def test_rewritten_arguments_are_validated_and_policy_checked_again(
-    registry: ToolRegistry, seen: list
-):
+    registry: ToolRegistry, seen: list[dict[str, Any]]
+) -> None:
     invalid = Rewriter({"text": "no path"})
     outcome = await ToolExecutor(registry, hooks=[invalid]).execute_batch([write("w")])
     assert outcome.results[0].error_class is ErrorClass.INVALID_ARGUMENTS
@@ -40,9 +48,13 @@ async def test_rewritten_arguments_are_validated_and_policy_checked_again(
     assert fine.after == ["w"]
 
 
-async def test_hooks_skip_and_fail_closed(registry: ToolRegistry, seen: list):
+async def test_hooks_skip_and_fail_closed(
+    registry: ToolRegistry, seen: list[dict[str, Any]]
+) -> None:
     class Gate(CallHook):
-        def before_call(self, call, arguments, agent_path):  # type: ignore[no-untyped-def]
+        def before_call(
+            self, call: ToolCall, arguments: Mapping[str, Any], agent_path: str
+        ) -> HookDecision:
             if call.id == "skip":
                 return Skip("the user is editing this file")
             if call.id == "boom":

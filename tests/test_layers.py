@@ -208,11 +208,11 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return [[*group, group[0]] for group in groups]
 
 
-def test_every_import_points_inward_and_no_module_imports_itself_around_a_loop():
+def test_every_import_points_inward_and_no_module_imports_itself_around_a_loop() -> None:
     assert violations(package_graph()) == []
 
 
-def test_the_core_imports_only_the_core():
+def test_the_core_imports_only_the_core() -> None:
     graph = package_graph()
     core = {m for m in graph if layer_of(m) == CORE}
     assert {"_executor", "_types", "_tool", "_registry", "_batch"} <= core
@@ -232,7 +232,7 @@ def _graph_with(tmp_path: Path, files: dict[str, str]) -> dict[str, set[str]]:
     return package_graph(tmp_path)
 
 
-def test_an_outward_import_from_the_core_fails(tmp_path: Path):
+def test_an_outward_import_from_the_core_fails(tmp_path: Path) -> None:
     graph = _graph_with(
         tmp_path,
         {
@@ -252,7 +252,7 @@ def test_an_outward_import_from_the_core_fails(tmp_path: Path):
     ]
 
 
-def test_a_cycle_inside_one_layer_fails(tmp_path: Path):
+def test_a_cycle_inside_one_layer_fails(tmp_path: Path) -> None:
     graph = _graph_with(
         tmp_path,
         {
@@ -264,7 +264,7 @@ def test_a_cycle_inside_one_layer_fails(tmp_path: Path):
     assert violations(graph) == ["import cycle: _batch -> _callpath -> _executor -> _batch"]
 
 
-def test_an_unplaced_module_and_subpackage_imports_are_seen(tmp_path: Path):
+def test_an_unplaced_module_and_subpackage_imports_are_seen(tmp_path: Path) -> None:
     graph = _graph_with(
         tmp_path,
         {
@@ -293,11 +293,11 @@ def test_an_unplaced_module_and_subpackage_imports_are_seen(tmp_path: Path):
         ("import os\nfrom trio import run\n", set()),
     ],
 )
-def test_imports_are_read_in_every_spelling(source: str, expected: set[str]):
+def test_imports_are_read_in_every_spelling(source: str, expected: set[str]) -> None:
     assert imports_of(source, "_cli", is_package=False) == expected
 
 
-def test_no_function_of_the_core_is_over_50_lines():
+def test_no_function_of_the_core_is_over_50_lines() -> None:
     long = []
     for path in sorted(PACKAGE.rglob("*.py")):
         if layer_of(module_name(path)) != CORE:

@@ -64,7 +64,7 @@ def signals(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int]]:
         sent.append((pgid, int(sig)))
         real(pgid, sig)
 
-    monkeypatch.setattr(toolexec._process.os, "killpg", killpg)
+    monkeypatch.setattr(os, "killpg", killpg)  # the same object _process calls
     return sent
 
 

@@ -73,7 +73,7 @@ def _public_objects() -> list[tuple[str, str, Any]]:
 
 
 @pytest.mark.parametrize("module_name", PUBLIC)
-def test_every_public_module_has_a_sorted_all(module_name: str):
+def test_every_public_module_has_a_sorted_all(module_name: str) -> None:
     module = _module(module_name)
     assert list(module.__all__) == sorted(module.__all__)
     assert len(set(module.__all__)) == len(module.__all__)
@@ -82,18 +82,18 @@ def test_every_public_module_has_a_sorted_all(module_name: str):
 
 
 @pytest.mark.parametrize("module_name", TIERS)
-def test_a_tier_module_exports_everything_public_it_holds(module_name: str):
+def test_a_tier_module_exports_everything_public_it_holds(module_name: str) -> None:
     module = _module(module_name)
     public = {n for n in vars(module) if not n.startswith("_") and n != "annotations"}
     modules = {n for n in public if inspect.ismodule(getattr(module, n))}
     assert public - modules - set(module.__all__) == set()
 
 
-def test_the_root_stays_small():
+def test_the_root_stays_small() -> None:
     assert len(toolexec.__all__) <= 50
 
 
-def test_no_name_is_exported_twice():
+def test_no_name_is_exported_twice() -> None:
     homes = _homes()  # asserts while building
     assert len(homes) == sum(len(_module(m).__all__) for m in PUBLIC) - sum(
         len(names) for names in REEXPORTED.values()
@@ -105,7 +105,7 @@ def test_no_name_is_exported_twice():
             objects[id(obj)] = f"{home}.{name}"
 
 
-def test_policy_lists_the_root_basics_as_the_same_objects():
+def test_policy_lists_the_root_basics_as_the_same_objects() -> None:
     policy = _module("toolexec.policy")
     for name in REEXPORTED["toolexec.policy"]:
         assert name in policy.__all__
@@ -113,7 +113,7 @@ def test_policy_lists_the_root_basics_as_the_same_objects():
         assert getattr(policy, name) is getattr(toolexec, name)
 
 
-def test_public_objects_name_their_public_module():
+def test_public_objects_name_their_public_module() -> None:
     for home, name, obj in _public_objects():
         if not (inspect.isclass(obj) or inspect.isfunction(obj)):
             continue  # type aliases and constants have no module of their own
@@ -128,7 +128,7 @@ def test_public_objects_name_their_public_module():
                 assert module == owner.__module__, f"{home}.{name}.{member_name} says {module}"
 
 
-def test_enum_members_and_values_pickle_by_their_public_path():
+def test_enum_members_and_values_pickle_by_their_public_path() -> None:
     for _home, _name, obj in _public_objects():
         if inspect.isclass(obj) and issubclass(obj, enum.Enum):
             for member in obj:
@@ -143,7 +143,7 @@ def test_enum_members_and_values_pickle_by_their_public_path():
         assert pickle.loads(pickle.dumps(value)) == value
 
 
-def test_reprs_show_public_paths():
+def test_reprs_show_public_paths() -> None:
     assert repr(toolexec.ToolCall) == "<class 'toolexec.ToolCall'>"
     assert "toolexec._" not in repr(toolexec.ContentBlock)
     assert repr(_module("toolexec.policy").Decision) == (
@@ -160,7 +160,7 @@ def _defining_module(obj: Any) -> ModuleType:
     raise AssertionError(f"no private module defines {obj!r}")
 
 
-def test_type_hints_resolve_as_they_did_before_the_move():
+def test_type_hints_resolve_as_they_did_before_the_move() -> None:
     usage = _module("toolexec.models").Usage
     assert typing.get_type_hints(toolexec.AgentResult)["usage"] is usage
     for _home, name, obj in _public_objects():
@@ -174,7 +174,7 @@ def test_type_hints_resolve_as_they_did_before_the_move():
         assert typing.get_type_hints(obj) == expected, name
 
 
-def test_every_public_name_and_method_has_a_docstring():
+def test_every_public_name_and_method_has_a_docstring() -> None:
     missing = []
     for home, name, obj in _public_objects():
         if not (inspect.isclass(obj) or inspect.isfunction(obj)):
@@ -200,7 +200,7 @@ def _page_sections() -> dict[str, str]:
     return dict(zip(parts[1::2], parts[2::2], strict=True))
 
 
-def test_every_public_name_is_on_the_api_page_under_its_module():
+def test_every_public_name_is_on_the_api_page_under_its_module() -> None:
     sections = _page_sections()
     assert list(sections) == PUBLIC
     missing = [
@@ -212,7 +212,7 @@ def test_every_public_name_is_on_the_api_page_under_its_module():
     assert missing == []
 
 
-def test_api_page_is_generated_from_the_current_docstrings():
+def test_api_page_is_generated_from_the_current_docstrings() -> None:
     page = (ROOT / "docs" / "api.md").read_text()
     assert page == gen_api.render(), "docs/api.md is stale: run `python docs/gen_api.py`"
 
@@ -232,17 +232,17 @@ def _imported_modules(path: Path) -> set[str]:
     return found
 
 
-def test_private_modules_do_not_import_the_tiers():
+def test_private_modules_do_not_import_the_tiers() -> None:
     for path in sorted(SRC.glob("_*.py")):
         if path.name in ("__init__.py", "__main__.py"):
             continue
         assert _imported_modules(path) & set(TIERS) == set(), path.name
 
 
-def test_formats_does_not_import_the_model_adapters():
+def test_formats_does_not_import_the_model_adapters() -> None:
     imported = _imported_modules(SRC / "formats.py")
     assert imported & {"toolexec._adapters", "toolexec.models"} == set()
 
 
-def test_package_is_typed():
+def test_package_is_typed() -> None:
     assert (SRC / "py.typed").exists()

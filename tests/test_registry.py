@@ -7,6 +7,7 @@ from typing import Annotated, Any, Literal
 import pytest
 
 from toolexec import (
+    JsonContent,
     RegistrationError,
     SideEffects,
     ToolCall,
@@ -32,7 +33,7 @@ def tool_with_schema(schema: dict[str, Any], name: str = "t") -> Any:
 @pytest.mark.parametrize(
     "keyword", ["$ref", "oneOf", "anyOf", "allOf", "not", "if", "then", "else", "patternProperties"]
 )
-def test_constructs_outside_the_portable_subset_are_refused_with_their_place(keyword: str):
+def test_constructs_outside_the_portable_subset_are_refused_with_their_place(keyword: str) -> None:
     value: Any = (
         {"^x": {}}
         if keyword == "patternProperties"
@@ -48,7 +49,7 @@ def test_constructs_outside_the_portable_subset_are_refused_with_their_place(key
     assert "#/properties/p/properties/q" in str(info.value)
 
 
-def test_invalid_schema_and_non_object_schema_are_refused():
+def test_invalid_schema_and_non_object_schema_are_refused() -> None:
     with pytest.raises(RegistrationError, match="not a valid JSON Schema"):
         ToolRegistry().register(tool_with_schema({"type": "object", "required": "x"}))
     with pytest.raises(RegistrationError, match='"type": "object"'):
@@ -56,24 +57,24 @@ def test_invalid_schema_and_non_object_schema_are_refused():
 
 
 @pytest.mark.parametrize("name", ["", "has space", "x" * 65, "dots.not.ok", "ümlaut"])
-def test_names_providers_reject_are_refused(name: str):
+def test_names_providers_reject_are_refused(name: str) -> None:
     with pytest.raises(RegistrationError, match="invalid tool name"):
         ToolRegistry().register(tool_with_schema({"type": "object"}, name=name))
 
 
-def test_duplicate_names_are_refused():
+def test_duplicate_names_are_refused() -> None:
     registry = ToolRegistry()
     registry.register(tool_with_schema({"type": "object"}))
     with pytest.raises(RegistrationError, match="already registered"):
         registry.register(tool_with_schema({"type": "object"}))
 
 
-def test_a_factory_that_returns_no_tool_is_refused():
+def test_a_factory_that_returns_no_tool_is_refused() -> None:
     with pytest.raises(RegistrationError, match="not a Tool"):
         ToolRegistry().register(lambda: object())  # type: ignore[arg-type, return-value]
 
 
-def test_factories_give_each_call_a_fresh_instance():
+def test_factories_give_each_call_a_fresh_instance() -> None:
     made: list[object] = []
 
     class Counting:
@@ -100,7 +101,7 @@ def test_factories_give_each_call_a_fresh_instance():
     assert len(made) == 3
 
 
-def test_function_tool_derives_the_schema_from_the_signature():
+def test_function_tool_derives_the_schema_from_the_signature() -> None:
     @function_tool(side_effects=SideEffects.READ)
     async def search(
         query: Annotated[str, "what to look for"],
@@ -130,7 +131,7 @@ def test_function_tool_derives_the_schema_from_the_signature():
     ToolRegistry().register(search)
 
 
-def test_function_tool_default_is_the_unsafe_side_effect():
+def test_function_tool_default_is_the_unsafe_side_effect() -> None:
     @function_tool
     def f(x: int) -> int:
         return x
@@ -139,7 +140,7 @@ def test_function_tool_default_is_the_unsafe_side_effect():
     assert f.definition.effective_timeout == 600.0
 
 
-def test_function_tool_refuses_unmappable_parameters():
+def test_function_tool_refuses_unmappable_parameters() -> None:
     with pytest.raises(RegistrationError, match="no JSON Schema mapping"):
 
         @function_tool
@@ -151,7 +152,7 @@ def test_function_tool_refuses_unmappable_parameters():
         def h(*xs: int) -> None: ...
 
 
-async def test_function_tools_sync_and_async_run_and_return_values():
+async def test_function_tools_sync_and_async_run_and_return_values() -> None:
     @function_tool(side_effects=SideEffects.NONE)
     def add(a: int, b: int) -> int:
         return a + b
@@ -166,5 +167,5 @@ async def test_function_tools_sync_and_async_run_and_return_values():
     outcome = await ToolExecutor(registry).execute_batch(
         [ToolCall("1", "add", {"a": 2, "b": 3}), ToolCall("2", "greet", '{"name": "ada"}')]
     )
-    assert outcome.results[0].content[0].value == 5  # type: ignore[union-attr]
+    assert outcome.results[0].content == (JsonContent(5),)
     assert outcome.results[1].text == "hello ada from 2"

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -36,7 +36,9 @@ def failures(events: list[Event]) -> list[tuple[str, ErrorClass]]:
     return [(e.call_id, e.error_class) for e in events if isinstance(e, CallFailed)]
 
 
-async def test_denied_by_rule_policy_with_reason_and_event(registry: ToolRegistry, seen: list):
+async def test_denied_by_rule_policy_with_reason_and_event(
+    registry: ToolRegistry, seen: list[dict[str, Any]]
+) -> None:
     events: list[Event] = []
     policy = RulePolicy(
         [Rule("deny", "write_file", {"path": PathGlob(".git/**")}, "never touch .git")]
@@ -50,7 +52,7 @@ async def test_denied_by_rule_policy_with_reason_and_event(registry: ToolRegistr
     assert failures(events) == [("w1", ErrorClass.PERMISSION_DENIED)]
 
 
-def test_rule_policy_first_match_wins_and_file_errors_name_the_field(tmp_path: Path):
+def test_rule_policy_first_match_wins_and_file_errors_name_the_field(tmp_path: Path) -> None:
     policy = RulePolicy.from_dict(
         {
             "default": "deny",
@@ -83,7 +85,9 @@ def test_rule_policy_first_match_wins_and_file_errors_name_the_field(tmp_path: P
         RulePolicy.from_dict({"rules": [{"action": "deny", "tool": "write_[f]ile"}]})
 
 
-async def test_path_argument_outside_its_grant_is_refused(registry: ToolRegistry, seen: list):
+async def test_path_argument_outside_its_grant_is_refused(
+    registry: ToolRegistry, seen: list[dict[str, Any]]
+) -> None:
     policy = CapabilityPolicy(
         {
             "root": Capabilities(paths=[PathGrant(".", "r"), PathGrant("notes", "rw")]),
@@ -120,7 +124,7 @@ async def test_path_argument_outside_its_grant_is_refused(registry: ToolRegistry
     assert outcome.results[0].error_class is ErrorClass.PERMISSION_DENIED
 
 
-async def test_composed_policy_deny_wins(registry: ToolRegistry):
+async def test_composed_policy_deny_wins(registry: ToolRegistry) -> None:
     allow_all_rules = RulePolicy([Rule("allow", "*")])
     ask_writes = RulePolicy([Rule("ask", "write_file")])
     caps = CapabilityPolicy({"root": Capabilities(paths=[PathGrant("notes", "rw")])})

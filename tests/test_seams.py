@@ -14,6 +14,7 @@ from toolexec import (
     ErrorClass,
     RoutingClass,
     SideEffects,
+    TextContent,
     ToolCall,
     ToolContext,
     ToolDefinition,
@@ -90,7 +91,7 @@ def call(cid: str, text: str = "x") -> ToolCall:
     return ToolCall(cid, "note", {"text": text})
 
 
-async def test_a_grant_routes_a_call_to_the_backend_registered_under_its_sandbox_name():
+async def test_a_grant_routes_a_call_to_the_backend_registered_under_its_sandbox_name() -> None:
     backend = RecordingBackend()
     executor = ToolExecutor(
         registry(), policy=SandboxPolicy("recorded"), backends={"recorded": backend}
@@ -104,7 +105,7 @@ async def test_a_grant_routes_a_call_to_the_backend_registered_under_its_sandbox
     assert (second.text, backend.log) == ("peeked", [("enter", "1"), ("exit", "1")])
 
 
-async def test_an_unknown_sandbox_is_an_error_result_that_names_it_and_nothing_runs():
+async def test_an_unknown_sandbox_is_an_error_result_that_names_it_and_nothing_runs() -> None:
     backend = RecordingBackend()
     executor = ToolExecutor(registry(), policy=SandboxPolicy("gvisor"), backends={"rec": backend})
     outcome = await executor.execute_batch([call("1"), ToolCall("2", "peek")])
@@ -122,7 +123,9 @@ async def test_an_unknown_sandbox_is_an_error_result_that_names_it_and_nothing_r
     assert backend.log == []
 
 
-async def test_admission_and_order_hold_whatever_the_backend(autojump_clock: trio.abc.Clock):
+async def test_admission_and_order_hold_whatever_the_backend(
+    autojump_clock: trio.abc.Clock,
+) -> None:
     backend = RecordingBackend()
     executor = ToolExecutor(registry(), policy=SandboxPolicy("rec"), backends={"rec": backend})
     outcome = await executor.execute_batch([call(str(i)) for i in range(4)])
@@ -134,7 +137,7 @@ async def test_admission_and_order_hold_whatever_the_backend(autojump_clock: tri
     assert executor.statistics().serial_mut.borrowed == 0
 
 
-async def test_the_deadline_bounds_a_backend(autojump_clock: trio.abc.Clock):
+async def test_the_deadline_bounds_a_backend(autojump_clock: trio.abc.Clock) -> None:
     backend = RecordingBackend(delay=1000.0)
     policy_grant = ExecutionGrant(sandbox="rec", timeout=5.0)
 
@@ -160,7 +163,7 @@ async def test_the_deadline_bounds_a_backend(autojump_clock: trio.abc.Clock):
 )
 async def test_a_failing_backend_gives_an_error_result(
     error: Exception, error_class: ErrorClass, text: str
-):
+) -> None:
     @attrs.frozen
     class Failing:
         async def run(self, tool: Tool, arguments: Any, ctx: ToolContext) -> ToolOutput:
@@ -174,7 +177,7 @@ async def test_a_failing_backend_gives_an_error_result(
     assert executor.statistics().calls_in_flight == 0
 
 
-async def test_forks_share_the_backends():
+async def test_forks_share_the_backends() -> None:
     backend = RecordingBackend(delay=0)
     parent = ToolExecutor(registry(), policy=SandboxPolicy("rec"), backends={"rec": backend})
     child = parent.fork_for_subagent("kid")
@@ -183,11 +186,11 @@ async def test_forks_share_the_backends():
     assert child.backends == parent.backends
 
 
-async def test_the_host_backend_runs_the_tool_itself():
+async def test_the_host_backend_runs_the_tool_itself() -> None:
     ctx = ToolContext("c1", "note")
     output = await HostBackend().run(note(), {"text": "a"}, ctx)
     assert isinstance(HostBackend(), Backend)
-    assert output.content[0].text == "noted a"  # type: ignore[union-attr]
+    assert output.content == (TextContent("noted a"),)
 
 
 @pytest.mark.parametrize(
@@ -200,7 +203,7 @@ async def test_the_host_backend_runs_the_tool_itself():
 )
 def test_bad_backends_are_refused_when_the_executor_is_built(
     backends: dict[str, Any], error: type[Exception], message: str
-):
+) -> None:
     with pytest.raises(error, match=message):
         ToolExecutor(registry(), backends=backends)
 
@@ -234,7 +237,7 @@ class Spender:
         return ToolOutput.text(f"{executor.agent_path}: {budget.left} left")
 
 
-async def test_tools_find_the_services_and_their_executor_through_the_context():
+async def test_tools_find_the_services_and_their_executor_through_the_context() -> None:
     tools = ToolRegistry()
     tools.register(Spender())
     budget = Budget(3)
@@ -247,7 +250,7 @@ async def test_tools_find_the_services_and_their_executor_through_the_context():
     assert child.service(Budget) is parent.service(Budget) is budget
 
 
-async def test_a_missing_service_is_none_or_installed_for_the_whole_tree():
+async def test_a_missing_service_is_none_or_installed_for_the_whole_tree() -> None:
     parent = ToolExecutor(registry())
     child = parent.fork_for_subagent()
     ctx = ToolContext("c1", "note", services=child.services)
@@ -257,12 +260,12 @@ async def test_a_missing_service_is_none_or_installed_for_the_whole_tree():
     assert ctx.service(Budget, lambda: Budget(0)) is made
 
 
-def test_two_services_of_one_type_are_refused():
+def test_two_services_of_one_type_are_refused() -> None:
     with pytest.raises(ValueError, match="two services of type Budget"):
         ToolExecutor(registry(), services=[Budget(1), Budget(2)])
 
 
-def test_an_executor_cannot_be_changed_after_it_is_built():
+def test_an_executor_cannot_be_changed_after_it_is_built() -> None:
     executor = ToolExecutor(registry())
     with pytest.raises(attrs.exceptions.FrozenInstanceError):
         executor.policy = SandboxPolicy("x")  # type: ignore[misc]

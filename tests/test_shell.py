@@ -294,6 +294,8 @@ async def test_running_out_of_descriptors_is_an_error_result_that_leaks_none(
 
 @pytest.mark.usefixtures("exit_watch")
 async def test_output_streams_to_the_host_as_it_is_read(root: Path) -> None:
+    from toolexec import TextContent
+
     events: list[Any] = []
     registry = ToolRegistry()
     registry.register(ShellTool(Workspace(root)))
@@ -305,7 +307,11 @@ async def test_output_streams_to_the_host_as_it_is_read(root: Path) -> None:
     assert len(updates) >= 3  # one read per wake-up: 200 KB cannot come as one piece
     streamed = {
         name: "".join(
-            u.partial.content[0].text for u in updates if u.partial.details["stream"] == name
+            block.text
+            for u in updates
+            if u.partial.details["stream"] == name
+            for block in u.partial.content[:1]
+            if isinstance(block, TextContent)
         )
         for name in ("stdout", "stderr")
     }

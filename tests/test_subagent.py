@@ -44,8 +44,9 @@ from toolexec.policy import ExecutionGrant
 from toolexec.testing import ScriptedModel, tool_call
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Awaitable, Mapping
 
+    from toolexec import AgentResult
     from toolexec.models import Model
     from toolexec.policy import Decision
 
@@ -250,7 +251,7 @@ async def test_live_children_limit_refuses_the_extra_child_without_waiting() -> 
         researcher_tool(model), events=events, services=[AgentTree(TreeLimits(max_children=2))]
     )
     root = ScriptedModel([[delegate("a"), delegate("b"), delegate("c")], "done"])
-    box: list[Any] = []
+    box: list[AgentResult] = []
 
     async def run() -> None:
         box.append(await AgentLoop(root, executor).run("go"))
@@ -281,7 +282,7 @@ async def test_tree_size_limit_counts_every_live_agent() -> None:
     )
     root = ScriptedModel([[delegate("a"), delegate("b"), delegate("c")], "done"])
     async with trio.open_nursery() as nursery:
-        box: list[Any] = []
+        box: list[AgentResult] = []
         nursery.start_soon(lambda: _store(box, AgentLoop(root, executor).run("go")))
         await trio.testing.wait_all_tasks_blocked()
         assert tree_of(executor).statistics().live_agents == 3
@@ -292,12 +293,14 @@ async def test_tree_size_limit_counts_every_live_agent() -> None:
     assert "the agent tree already has 3 agents running (limit 3)" in errors[0].text
 
 
-async def _store(box: list[Any], coro: Any) -> None:
+async def _store(box: list[AgentResult], coro: Awaitable[AgentResult]) -> None:
     box.append(await coro)
 
 
 async def test_a_tool_can_tighten_the_limits_of_its_subtree() -> None:
-    model = lambda: ScriptedModel([delegate("again"), lambda m: m[-1].tool_results[0].text])  # noqa: E731
+    def model() -> ScriptedModel:
+        return ScriptedModel([delegate("again"), lambda m: m[-1].tool_results[0].text])
+
     executor = make_executor(researcher_tool(model, limits=TreeLimits(max_depth=0)))
     result = await AgentLoop(model(), executor).run("go")
     assert "agent 'root/researcher#1' is at the maximum depth" in result.text
@@ -429,7 +432,7 @@ async def test_cancelling_the_parent_call_stops_the_child_tree_and_leaves_no_tas
     )
     root = ScriptedModel([step, lambda m: m[-1].tool_results[0].text])
     before = live_tasks()
-    box: list[Any] = []
+    box: list[AgentResult] = []
     async with trio.open_nursery() as nursery:
         nursery.start_soon(lambda: _store(box, AgentLoop(root, executor).run("0")))
         await trio.testing.wait_all_tasks_blocked()
@@ -578,5 +581,7 @@ async def test_a_child_runs_under_its_ancestors_limits(autojump_clock: object) -
     outcome = await executor.execute_batch([ToolCall("h", "helper", {"task": "go"})])
     child_line = outcome.results[0].text
     assert re.search(r"c2:\d+:ErrorClass\.TIMEOUT", child_line), child_line
-    long_length = int(re.search(r"c1:(\d+):None", child_line).group(1))  # type: ignore[union-attr]
+    long_call = re.search(r"c1:(\d+):None", child_line)
+    assert long_call, child_line
+    long_length = int(long_call.group(1))
     assert long_length < 200, child_line  # cut to 30 characters plus the truncation note

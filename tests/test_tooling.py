@@ -1,7 +1,9 @@
 """The tooling gates run with the tests.
 
-Ruff lint and mypy strict on src/; CI runs the README's test command against
-the pins in constraints.txt; branch coverage has a floor that only goes up.
+Ruff lint, and mypy strict on src/ and on the tests, stress tests,
+benchmarks and examples that use it; CI runs the README's test command
+against the pins in constraints.txt; branch coverage has a floor that only
+goes up.
 """
 
 from __future__ import annotations
@@ -27,15 +29,25 @@ def _run(*args: str) -> subprocess.CompletedProcess[str]:
     and shutil.which("ruff") is None,
     reason="ruff is part of the test extra",
 )
-def test_ruff_is_clean():
+def test_ruff_is_clean() -> None:
     ruff = shutil.which("ruff", path=str(Path(sys.executable).parent)) or "ruff"
     result = _run(ruff, "check", "src", "tests", "stress", "benchmarks", "examples", "docs")
     assert result.returncode == 0, result.stdout + result.stderr
 
 
-def test_mypy_strict_is_clean():
+def test_mypy_strict_is_clean() -> None:
     result = _run(sys.executable, "-m", "mypy")
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_mypy_checks_the_tests_as_strictly_as_the_library() -> None:
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["mypy"]
+    assert config["strict"] is True
+    assert {"src/toolexec", "tests", "stress", "benchmarks", "examples"} <= set(config["files"])
+    assert "ignore-without-code" in config["enable_error_code"]
+    for override in config.get("overrides", []):
+        # Only third-party packages without types may be let off, and only their imports.
+        assert set(override) == {"module", "ignore_missing_imports"}, override
 
 
 def _readme_test_commands() -> list[str]:
@@ -46,7 +58,7 @@ def _readme_test_commands() -> list[str]:
     return [pinned, latest]
 
 
-def test_ci_runs_exactly_the_readme_test_command_against_the_pins():
+def test_ci_runs_exactly_the_readme_test_command_against_the_pins() -> None:
     pinned, latest = _readme_test_commands()
     assert '-c constraints.txt -e ".[test]"' in pinned
     assert pinned.endswith("&& .venv/bin/python -m pytest")
@@ -65,7 +77,7 @@ def _name(requirement: str) -> str:
     return re.sub(r"[-_.]+", "-", name.group()).lower()
 
 
-def test_constraints_pin_every_dependency_of_the_test_extra():
+def test_constraints_pin_every_dependency_of_the_test_extra() -> None:
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     lines = (ROOT / "constraints.txt").read_text().splitlines()
     pins = [line for line in lines if line and not line.startswith("#")]
@@ -82,7 +94,7 @@ def test_constraints_pin_every_dependency_of_the_test_extra():
 FLOOR_WHEN_SET = 90
 
 
-def test_branch_coverage_is_measured_with_a_floor_that_only_goes_up():
+def test_branch_coverage_is_measured_with_a_floor_that_only_goes_up() -> None:
     config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]
     addopts = config["pytest"]["ini_options"]["addopts"]
     assert {"--cov=toolexec", "--cov-branch"} <= set(addopts)

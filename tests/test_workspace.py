@@ -34,7 +34,7 @@ from toolexec._search import _SearchState
 from toolexec.tools import EditFileTool, SearchFilesTool
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Awaitable, Callable, Iterator
 
 SECRET = b"SECRET-OUTSIDE-BYTES"
 SRC = Path(__file__).parent.parent / "src"
@@ -240,7 +240,7 @@ async def test_every_refusal_says_its_kind_and_the_kind_gives_the_class(
     (world["root"] / "big.bin").write_bytes(b"x" * 101)
     os.symlink("loop", world["root"] / "loop")
     ws = Workspace(world["root"], max_read_bytes=100)
-    attempts = {
+    attempts: dict[str, Callable[[], Awaitable[object]]] = {
         "read": lambda: ws.read_bytes(_fill(path, world)),
         "write": lambda: ws.write_bytes(_fill(path, world), b"x"),
         "list": lambda: ws.list_dir(_fill(path, world)),
@@ -283,7 +283,7 @@ def test_the_root_must_be_a_directory(tmp_path: Path) -> None:
 # -- a link swapped in while operations run -----------------------------------------
 
 
-def _exchange() -> object:
+def _exchange() -> Callable[[bytes, bytes], None] | None:
     """renameat2(RENAME_EXCHANGE) when libc has it: swaps two names atomically."""
     libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
     fn = getattr(libc, "renameat2", None)
@@ -311,7 +311,7 @@ def _swapping(root: Path, outside: Path) -> Iterator[list[int]]:
     def run() -> None:
         while not stop.is_set():
             if exchange is not None:
-                exchange(d, swap_name)  # type: ignore[operator]
+                exchange(d, swap_name)
             else:  # not atomic, but still races every step of a walk
                 with contextlib.suppress(OSError):
                     os.rename(d, d + b".real")

@@ -25,7 +25,7 @@ from ._display import display_text
 from ._types import SideEffects, ToolDefinition
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping, Sequence
+    from collections.abc import Iterable, Mapping, Sequence
 
 __all__ = [
     "ApprovalAnswer",
@@ -69,6 +69,10 @@ def _trusted(value: Mapping[SideEffects, ApprovalMode | str]) -> dict[SideEffect
     return {SideEffects(k): ApprovalMode(v) for k, v in value.items()}
 
 
+def _roots(roots: Iterable[str]) -> tuple[str, ...]:
+    return tuple(roots)
+
+
 def _positive(_inst: object, _attr: object, value: float) -> None:
     if not value > 0:
         raise ValueError(f"approval timeout must be positive seconds, got {value!r}")
@@ -90,7 +94,7 @@ class ApprovalConfig:
 
     modes: Mapping[SideEffects, ApprovalMode] = attrs.field(factory=dict, converter=_modes)
     per_tool: Mapping[str, ApprovalMode] = attrs.field(factory=dict, converter=_per_tool)
-    trusted_workspaces: tuple[str, ...] = attrs.field(default=(), converter=tuple)
+    trusted_workspaces: tuple[str, ...] = attrs.field(default=(), converter=_roots)
     trusted_modes: Mapping[SideEffects, ApprovalMode] = attrs.field(
         factory=dict, converter=_trusted
     )

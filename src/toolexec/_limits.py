@@ -21,7 +21,7 @@ import trio
 from ._types import RoutingClass
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Iterable, Mapping
 
 __all__ = ["ConcurrencyConfig", "ExecutorStatistics", "PoolStatistics"]
 
@@ -35,6 +35,10 @@ def _caps(_inst: object, _attr: object, value: Mapping[str, int]) -> None:
     for name, cap in value.items():
         if not isinstance(cap, int) or isinstance(cap, bool) or cap < 1:
             raise ValueError(f"per_tool cap for {name!r} must be an integer >= 1, got {cap!r}")
+
+
+def _names(names: Iterable[str]) -> frozenset[str]:
+    return frozenset(names)
 
 
 @attrs.frozen
@@ -57,7 +61,7 @@ class ConcurrencyConfig:
     concurrent_mut_width: int = attrs.field(default=10, validator=_width)
     serial_mut_width: int = attrs.field(default=1, validator=_width)
     per_tool: Mapping[str, int] = attrs.field(factory=dict, validator=_caps)
-    promoted: frozenset[str] = attrs.field(default=frozenset(), converter=frozenset)
+    promoted: frozenset[str] = attrs.field(default=frozenset(), converter=_names)
 
 
 @attrs.frozen

@@ -23,7 +23,7 @@ import posixpath
 import re
 import shlex
 import tomllib
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
@@ -363,12 +363,20 @@ class PathGrant:
         return self.path == "." or path == self.path or path.startswith(self.path + "/")
 
 
+def _pattern_tuple(patterns: Iterable[str]) -> tuple[str, ...]:
+    return tuple(patterns)
+
+
+def _grant_tuple(grants: Iterable[PathGrant]) -> tuple[PathGrant, ...]:
+    return tuple(grants)
+
+
 @attrs.frozen
 class Capabilities:
     """What one agent may use: tool name patterns and path grants."""
 
-    tools: Sequence[str] = attrs.field(default=("*",), converter=tuple)
-    paths: Sequence[PathGrant] = attrs.field(default=(), converter=tuple)
+    tools: Sequence[str] = attrs.field(default=("*",), converter=_pattern_tuple)
+    paths: Sequence[PathGrant] = attrs.field(default=(), converter=_grant_tuple)
 
 
 _INSTANCE = re.compile(r"#\d+(?=/|$)")

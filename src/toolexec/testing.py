@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import inspect
 import itertools
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeAlias
 
 import attrs
@@ -63,6 +63,10 @@ class ScriptedRequest:
     tool_names: tuple[str, ...]
 
 
+def _steps(steps: Iterable[Step]) -> list[Step]:
+    return list(steps)
+
+
 def _as_response(answer: object) -> ModelResponse:
     if isinstance(answer, ModelResponse):
         return answer
@@ -93,7 +97,7 @@ class ScriptedModel:
         requests: every request answered so far, to assert on.
     """
 
-    steps: list[Step] = attrs.field(converter=list)
+    steps: list[Step] = attrs.field(converter=_steps)
     requests: list[ScriptedRequest] = attrs.field(factory=list, init=False)
 
     @property

@@ -78,7 +78,8 @@ def filesystem_server(request: pytest.FixtureRequest) -> Path:
     """Install the reference filesystem server from npm (cached); return its executable."""
     if shutil.which("node") is None or shutil.which("npm") is None:
         pytest.skip("Node.js and npm are needed for the reference filesystem MCP server")
-    cache = getattr(request.config, "cache", None)  # absent under -p no:cacheprovider
+    # The cache is absent under -p no:cacheprovider.
+    cache: pytest.Cache | None = getattr(request.config, "cache", None)
     if cache is not None:
         prefix = cache.mkdir("mcp-server-filesystem")
     else:

@@ -25,8 +25,8 @@ from mcp.types import ToolAnnotations
 from pydantic import BaseModel
 
 server = MCPServer("toolexec-test")
-READ_ONLY = ToolAnnotations(readOnlyHint=True)
-DESTRUCTIVE = ToolAnnotations(destructiveHint=True)
+READ_ONLY = ToolAnnotations(read_only_hint=True)
+DESTRUCTIVE = ToolAnnotations(destructive_hint=True)
 
 _cancelled: dict[str, anyio.Event] = {}
 
