@@ -25,7 +25,7 @@ import attrs
 import trio
 
 from . import _messages as say
-from ._callpath import Turns, may_wait, run_call
+from ._callpath import Turns, admit_in_order, may_wait, one_queue, run_call
 from ._errors import bare_interrupt
 from ._events import BatchFinished, BatchPlanned, RunFinished, RunStarted
 from ._lifecycle import CallSlot, State, error_result
@@ -140,12 +140,21 @@ class Batch:
             for slot in slots:
                 await run_call(rt, slot, report)
         else:
-            turns = Turns(len(slots)) if may_wait(rt.pools, slots) else None
-            async with trio.open_nursery() as nursery:
-                for i, slot in enumerate(slots):
-                    turn = None if turns is None else turns.turn(i)
-                    nursery.start_soon(run_call, rt, slot, report, turn)
+            await self._run_together(slots)
         report.emit(RunFinished, index=run.index)
+
+    async def _run_together(self, slots: list[CallSlot]) -> None:
+        """Start a run's calls together, admitted in emitted order where they wait."""
+        rt, report = self._runtime, self._report
+        ordered = may_wait(rt.pools, slots)
+        async with trio.open_nursery() as nursery:
+            if ordered and one_queue(rt.pools, slots):
+                await admit_in_order(rt, slots, report, nursery)
+                return
+            turns = Turns(len(slots)) if ordered else None
+            for i, slot in enumerate(slots):
+                turn = None if turns is None else turns.turn(i)
+                nursery.start_soon(run_call, rt, slot, report, turn)
 
     def _finish(self, messages: tuple[str, ...]) -> BatchOutcome:
         for slot in self._slots:

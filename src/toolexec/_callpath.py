@@ -74,14 +74,17 @@ class Runtime:
 class Admission:
     """Hold a call's permits: the tool's limiter (if capped), then its class's."""
 
-    __slots__ = ("_class_limiter", "_slot", "_tool_limiter")
+    __slots__ = ("_admitted", "_class_limiter", "_slot", "_tool_limiter")
 
-    def __init__(self, pools: Pools, slot: CallSlot) -> None:
+    def __init__(self, pools: Pools, slot: CallSlot, *, admitted: bool = False) -> None:
         self._slot = slot
         self._tool_limiter = pools.per_tool.get(slot.call.name)
         self._class_limiter = pools.by_class[slot.routing]
+        self._admitted = admitted  # ``admit_in_order`` took the class permit already
 
     async def __aenter__(self) -> None:
+        if self._admitted:
+            return
         # The nowait fast path skips the two scheduling round trips of the async
         # acquire when a token is free; nowait never jumps the queue of waiters.
         slot, tool, group = self._slot, self._tool_limiter, self._class_limiter
@@ -142,7 +145,7 @@ class Turn:
 
     async def wait(self) -> None:
         """Wait until the call before this one has queued."""
-        if self._previous is not None:
+        if self._previous is not None and not self._previous.is_set():
             await self._previous.wait()
 
     def pass_on(self) -> None:
@@ -157,13 +160,53 @@ def may_wait(pools: Pools, slots: Sequence[CallSlot]) -> bool:
     return len(slots) > pools.by_class[slots[0].routing].available_tokens
 
 
-async def run_call(rt: Runtime, slot: CallSlot, report: Reporter, turn: Turn | None = None) -> None:
-    """Run one queued call to its result, and report it."""
+def one_queue(pools: Pools, slots: Sequence[CallSlot]) -> bool:
+    """Whether the run's calls wait in one queue only: their class pool.
+
+    Then ``admit_in_order`` admits them, with no per-call turns: no tool
+    of the run has its own cap and no call waits for a human first.
+    """
+    per_tool = pools.per_tool
+    return all(s.needs_approval is None and s.call.name not in per_tool for s in slots)
+
+
+async def admit_in_order(
+    rt: Runtime, slots: Sequence[CallSlot], report: Reporter, nursery: trio.Nursery
+) -> None:
+    """Take each call's class permit in emitted order, and start it once it has one.
+
+    The permit is taken on the call's behalf and released by the call, so a
+    waiting call costs what it would waiting in its own task, while the
+    order the calls are admitted in is the order the model emitted them.
+    """
+    limiter = rt.pools.by_class[slots[0].routing]
+    for slot in slots:
+        slot.advance(State.ADMITTING)
+        try:
+            limiter.acquire_on_behalf_of_nowait(slot)
+        except trio.WouldBlock:
+            await limiter.acquire_on_behalf_of(slot)
+        nursery.start_soon(run_call, rt, slot, report, None, True)
+
+
+async def run_call(
+    rt: Runtime,
+    slot: CallSlot,
+    report: Reporter,
+    turn: Turn | None = None,
+    admitted: bool = False,
+) -> None:
+    """Run one queued call to its result, and report it.
+
+    ``turn`` orders its admission within a run; ``admitted`` says its class
+    permit is already held (``admit_in_order``).
+    """
     waits = turn is not None or slot.needs_approval is not None
     if waits and not await _take_turn_and_ask(rt, slot, report, turn):
         return
-    slot.advance(State.ADMITTING)
-    async with Admission(rt.pools, slot):
+    if not admitted:
+        slot.advance(State.ADMITTING)
+    async with Admission(rt.pools, slot, admitted=admitted):
         # A cancel may have landed while this call waited for its turn (or
         # before the batch ran): never start a tool after it.
         await trio.lowlevel.checkpoint_if_cancelled()
