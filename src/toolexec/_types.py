@@ -77,7 +77,7 @@ class ErrorClass(enum.Enum):
 
 
 def _text(inst: object, attr: attrs.Attribute[Any], value: object) -> None:
-    if not isinstance(value, str):
+    if type(value) is not str and not isinstance(value, str):
         raise TypeError(
             f"{type(inst).__name__}.{attr.name} must be a str, got {type(value).__name__}"
         )
@@ -183,8 +183,12 @@ _BLOCKS = (TextContent, ImageContent, JsonContent)
 
 
 def _blocks(_inst: object, _attr: object, value: object) -> None:
-    if type(value) is tuple and all(type(b) in _BLOCKS for b in value):
-        return
+    if type(value) is tuple:
+        for block in value:
+            if type(block) not in _BLOCKS:
+                break
+        else:
+            return
     want = "ToolOutput content must be a tuple of content blocks (TextContent, ImageContent, "
     if not isinstance(value, tuple):
         hint = "; for plain text use ToolOutput.text(...)" if isinstance(value, str) else ""
@@ -195,7 +199,7 @@ def _blocks(_inst: object, _attr: object, value: object) -> None:
 
 
 def _mapping(_inst: object, _attr: object, value: object) -> None:
-    if not isinstance(value, Mapping):
+    if type(value) is not dict and not isinstance(value, Mapping):
         raise TypeError(f"ToolOutput details must be a mapping, got {describe(value)}")
 
 
