@@ -204,24 +204,44 @@ async def test_list_dir_shows_kinds_and_never_follows_links(root: Path) -> None:
     assert (await call(ex, "list_dir", path="empty")).text == "'empty' is empty."
 
 
-async def test_list_dir_walks_trees_deeper_than_the_recursion_limit(root: Path) -> None:
-    levels = 1200
+async def test_listings_and_searches_stop_at_the_path_depth_limit(root: Path) -> None:
+    levels = 300
     fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
-    for _ in range(levels):
+    for level in range(1, levels + 1):
         os.mkdir("d", dir_fd=fd)
         child = os.open("d", os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
         os.close(fd)
         fd = child
+        if level in (100, 280):
+            with open(os.open("f.txt", os.O_WRONLY | os.O_CREAT, 0o644, dir_fd=fd), "w") as f:
+                f.write("needle\n")
     os.close(fd)
+    ex = _executor(root)
     try:
-        ex = _executor(root)
-        result = await call(ex, "list_dir", depth=levels + 10, limit=5000)
+        listing = await call(ex, "list_dir", depth=256, limit=5000)
+        search = await call(ex, "search_files", pattern="needle")
+        too_deep = await call(ex, "list_dir", depth=257)
+        deepest = "/".join(["d"] * 256)
+        beneath = await call(ex, "list_dir", path=deepest)
+        below = await call(ex, "list_dir", path=deepest + "/d")
     finally:  # shutil.rmtree (pytest's cleanup) recurses per level: remove it here
         subprocess.run(["rm", "-rf", str(root / "d")], check=True)
-    assert not result.is_error, result.text
-    lines = result.text.splitlines()
-    assert len(lines) == levels + 1  # every level, plus out-link
-    assert lines[-2] == "/".join(["d"] * levels) + "/"
+    assert not listing.is_error, listing.text
+    lines = listing.text.splitlines()
+    assert len(lines) == 256 + 2  # every level down to the limit, f.txt, out-link
+    assert lines[-3:-1] == [deepest + "/", "/".join(["d"] * 100) + "/f.txt  (7 bytes)"]
+    assert search.text.splitlines()[:2] == [
+        "1 matching lines for 'needle' in '.' (1 files searched, 0 skipped).",
+        "/".join(["d"] * 100) + "/f.txt:1: needle",
+    ]
+    assert search.text.splitlines()[-1] == (
+        "[1 directories 256 levels down were not searched: no path may go deeper]"
+    )
+    assert too_deep.error_class is ErrorClass.INVALID_ARGUMENTS
+    assert "$.depth: 257 is greater than the maximum of 256" in too_deep.text
+    assert beneath.text == "d/"  # the deepest path listed is one the tools take
+    assert below.error_class is ErrorClass.INVALID_ARGUMENTS
+    assert "a path may have at most 256 (the path depth limit)" in below.text
 
 
 # -- search_files ---------------------------------------------------------------------

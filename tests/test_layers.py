@@ -60,6 +60,7 @@ LAYERS: dict[str, str] = {
             "_workspace",
             "_workspace_errors",
             "_confined",
+            "_dirstack",
             "_file_ops",
             "_lines",
             "_tree",

@@ -28,7 +28,6 @@ from ._workspace_errors import WorkspaceError, WorkspaceErrorKind, os_error
 
 __all__ = [
     "DIR_FLAGS",
-    "MAX_OPEN_DIRS",
     "OpenFile",
     "file_version",
     "is_a_directory",
@@ -39,8 +38,6 @@ __all__ = [
 ]
 
 DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-#: How many directory descriptors a walk keeps open, however deep it goes.
-MAX_OPEN_DIRS = 32
 _READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 _TEMP_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 _EUID_ACCESS = os.access in os.supports_effective_ids

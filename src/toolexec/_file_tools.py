@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 import trio
 
+from ._confined import MAX_PATH_DEPTH
 from ._display import show
 from ._errors import ToolError
 from ._lines import line_count, lines_from
@@ -334,7 +335,11 @@ LIST_DIR = ToolDefinition(
             "depth": {
                 "type": "integer",
                 "minimum": 1,
-                "description": "How many levels to list (default 1: only the directory).",
+                "maximum": MAX_PATH_DEPTH,
+                "description": (
+                    "How many levels to list (default 1: only the directory; "
+                    f"at most {MAX_PATH_DEPTH})."
+                ),
             },
             "limit": {
                 "type": "integer",
@@ -364,8 +369,9 @@ def _describe(rel: str, entry: DirEntry) -> str:
 class ListDirTool:
     """``list_dir``: a bounded listing, depth-first, links shown and not followed.
 
-    Deep trees are walked without recursion and with a bounded number of
-    open directories, so depth is limited only by ``limit``.
+    Deep trees are walked without recursion, with a bounded number of open
+    directories, down to ``depth`` levels (at most the workspace's path
+    depth limit, 256).
     """
 
     workspace: Workspace

@@ -10,7 +10,8 @@ hops. The text is streamed, framed by name and size, to a small matcher
 subprocess (``_process``: its own process group, reaped on every path)
 that writes back one JSON line per match and an empty line per file. When
 the time bound expires the matcher is killed, and the result says the
-search was cut short and shows what was found.
+search was cut short and shows what was found. The walk goes down at
+most the workspace's path depth limit.
 """
 
 from __future__ import annotations
@@ -127,6 +128,7 @@ class _SearchState:
     files: int = 0
     skipped: int = 0
     problems: list[str] = attrs.Factory(list)
+    too_deep: int = 0  # directories at the path depth limit, not entered
     invalid: str | None = None  # the matcher could not build the pattern: why
     failed: int | None = None  # the matcher's exit status, if it failed
 
@@ -241,7 +243,8 @@ class SearchFilesTool:
             else:
                 yield path, start
             return
-        walk = walk_tree(start, "", 1 << 30, state.problems, frozenset({".git"}))
+        depth = self.workspace.max_path_depth
+        walk = walk_tree(start, "", depth, state.problems, frozenset({".git"}))
         try:
             yield from self._readable(walk, path, glob, state)
         finally:
@@ -257,7 +260,7 @@ class SearchFilesTool:
         seen = 0
         while True:
             try:
-                rel, entry, _level, parent = next(walk)
+                rel, entry, level, parent = next(walk)
             except StopIteration:
                 return
             except OSError as exc:  # the top directory could not be listed
@@ -266,6 +269,8 @@ class SearchFilesTool:
             seen += 1
             if seen % 256 == 0:
                 yield None
+            if entry.kind == "dir" and level == self.workspace.max_path_depth:
+                state.too_deep += 1
             if entry.kind != "file" or (glob and not fnmatch.fnmatchcase(entry.name, glob)):
                 continue
             if (entry.size or 0) > self.max_file_bytes:
@@ -294,6 +299,11 @@ class SearchFilesTool:
         if len(state.hits) >= limit:
             lines.append(f"[stopped at {limit} matches; narrow the pattern, path or glob]")
         lines.extend(f"[{p}]" for p in state.problems)
+        if state.too_deep:
+            lines.append(
+                f"[{state.too_deep} directories {self.workspace.max_path_depth} levels down "
+                "were not searched: no path may go deeper]"
+            )
         if timed_out:
             raise ToolError(
                 "\n".join(

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 import attrs
 import trio
 
-from ._confined import ConfinedRoot
+from ._confined import MAX_PATH_BYTES, MAX_PATH_DEPTH, ConfinedRoot
 from ._file_ops import (
     DIR_FLAGS,
     OpenFile,
@@ -60,7 +60,9 @@ class Workspace:
     link swapped in mid-operation cannot redirect it). Writes replace files
     atomically through a temporary file and never write through hard links.
     FIFOs, sockets and devices are refused, and so are reads over
-    ``max_read_bytes``. Errors are ``WorkspaceError`` naming the path.
+    ``max_read_bytes`` and paths over the limits. Errors are
+    ``WorkspaceError`` naming the path. Resolving a path takes time linear
+    in its length and a bounded number of descriptors.
 
     Example::
 
@@ -73,16 +75,22 @@ class Workspace:
             resolved once, here; absolute paths may name the root either as
             given or as resolved.
         max_read_bytes: files larger than this are refused by reads.
+        max_path_depth: the most components a path may have below the root
+            (256); a walk through links never goes deeper either.
+        max_path_bytes: the longest a path may be, in bytes (4096, like
+            ``PATH_MAX``).
     """
 
     root: Path = attrs.field(converter=_absolute)
     max_read_bytes: int = 16 * 1024 * 1024
+    max_path_depth: int = attrs.field(default=MAX_PATH_DEPTH, validator=attrs.validators.ge(1))
+    max_path_bytes: int = attrs.field(default=MAX_PATH_BYTES, validator=attrs.validators.ge(1))
     _confined: ConfinedRoot = attrs.field(init=False, repr=False)
 
     def __attrs_post_init__(self) -> None:
         if not self.root.is_dir():
             raise ValueError(f"workspace root {str(self.root)!r} is not a directory")
-        self._confined = ConfinedRoot.of(self.root)
+        self._confined = ConfinedRoot.of(self.root, self.max_path_depth, self.max_path_bytes)
 
     # -- public, async ----------------------------------------------------
 

@@ -5,7 +5,8 @@ the model can act on; ``kind`` says the same as a value, so code branches
 on it instead of on the words, and the error class a call gets follows from
 it: ``permission_denied`` for anything that would leave the workspace,
 touch a special file or that the system forbids, ``invalid_arguments`` for
-names that cannot be file names, ``execution_error`` otherwise.
+names that cannot be file names (or paths over the limits),
+``execution_error`` otherwise.
 """
 
 from __future__ import annotations
@@ -38,7 +39,8 @@ class WorkspaceErrorKind(enum.Enum):
     OUTSIDE = "outside"
     #: The operating system denies access (or writing).
     PERMISSION = "permission"
-    #: Not something a file name can be (NUL, unencodable, too long a name).
+    #: Not something a file name can be (NUL, unencodable, too long a name), or a
+    #: path over the limits (too many components, too many bytes, too deep).
     INVALID_PATH = "invalid_path"
     #: It changed during the operation (a link swapped in, a write meanwhile).
     CHANGED = "changed"
@@ -68,7 +70,8 @@ class WorkspaceError(ToolError):
     made so) and ``reason`` says why. ``error_class`` is
     ``permission_denied`` for anything that would leave the workspace or
     touch a special file, ``invalid_arguments`` for names that cannot be
-    file names, and ``execution_error`` otherwise (a missing file, ...).
+    file names and paths over the limits, and ``execution_error``
+    otherwise (a missing file, ...).
     """
 
     def __init__(
