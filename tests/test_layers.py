@@ -61,6 +61,7 @@ LAYERS: dict[str, str] = {
             "_workspace_errors",
             "_confined",
             "_dirstack",
+            "_worker",
             "_file_ops",
             "_lines",
             "_tree",

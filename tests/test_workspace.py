@@ -393,7 +393,7 @@ def test_a_link_swapped_in_during_operations_never_leaks(world: dict[str, Path])
     def searched() -> list[bytes]:
         start = search._start("d")
         try:
-            items = search._files("d", start, None, _SearchState())
+            items = search._files("d", start, None, _SearchState(), threading.Event())
             return [item[1] for item in items if item is not None]
         finally:
             if isinstance(start, int):

@@ -29,7 +29,12 @@ times a walk (and a target is at most ``PATH_MAX`` bytes), and
 ``create_dirs`` makes missing directories on the way (each counted, so a
 racing remover cannot loop it).
 
-Everything here blocks; callers run it in a worker thread.
+Cancellation. Everything here blocks, and callers run it in a worker
+thread that a cancelled caller abandons (``_worker``). The thread is not
+stopped by that; the walk is: it checks a cancel token (a
+``threading.Event`` the caller sets when it stops waiting) before each
+component and then fails with ``cancelled``, closing what it opened, so an
+abandoned walk frees its thread after at most one more step.
 """
 
 from __future__ import annotations
@@ -38,13 +43,17 @@ import errno
 import os
 from collections import deque
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import attrs
 
 from ._dirstack import DirStack
 from ._display import show
 from ._file_ops import DIR_FLAGS
-from ._workspace_errors import WorkspaceError, WorkspaceErrorKind, os_error
+from ._workspace_errors import WorkspaceError, WorkspaceErrorKind, check_cancelled, os_error
+
+if TYPE_CHECKING:
+    import threading
 
 __all__ = ["MAX_PATH_BYTES", "MAX_PATH_DEPTH", "ConfinedRoot", "Located"]
 
@@ -157,14 +166,20 @@ class ConfinedRoot:
                 return parts[n:]
         return None
 
-    def locate(self, path: str, *, create_dirs: bool = False) -> Located:
-        """Walk ``path`` from the root; return the parent descriptor and final name."""
+    def locate(
+        self, path: str, *, create_dirs: bool = False, cancel: threading.Event | None = None
+    ) -> Located:
+        """Walk ``path`` from the root; return the parent descriptor and final name.
+
+        ``cancel``: once set, the walk stops before its next component and
+        fails with ``cancelled`` (see the module docstring).
+        """
         parts = self.split(path)
         dirs = DirStack.at(self._open_root(), self.max_depth)
         # A trailing '/' (or '/.') says the last part is a directory, as the kernel reads it.
         directory = path.endswith(("/", "/.")) and bool(parts)
         try:
-            return _Walk(self, path, deque(parts), dirs, create_dirs, directory).run()
+            return _Walk(self, path, deque(parts), dirs, create_dirs, directory, cancel).run()
         finally:
             dirs.close()
 
@@ -201,6 +216,7 @@ class _Walk:
     dirs: DirStack  # the root at its base; names and a bounded set of open descriptors
     create_dirs: bool
     directory: bool = False  # the path ends with '/': its last part must be a directory
+    cancel: threading.Event | None = None  # set: the caller stopped waiting; stop
     budget: int = _MAX_LINKS
     created: int = 0
     via_link: str | None = None
@@ -208,6 +224,7 @@ class _Walk:
     def run(self) -> Located:
         queue, dirs = self.queue, self.dirs
         while queue:
+            check_cancelled(self.cancel, self.path)
             part = queue.popleft()
             if part == "..":
                 if not dirs.depth:

@@ -21,10 +21,14 @@ import functools
 import os
 import secrets
 import stat
+from typing import TYPE_CHECKING
 
 import attrs
 
-from ._workspace_errors import WorkspaceError, WorkspaceErrorKind, os_error
+from ._workspace_errors import WorkspaceError, WorkspaceErrorKind, check_cancelled, os_error
+
+if TYPE_CHECKING:
+    import threading
 
 __all__ = [
     "DIR_FLAGS",
@@ -115,10 +119,14 @@ class OpenFile:
         os.close(self.opened[0])
 
 
-def read_capped(fd: int, cap: int, path: str) -> bytes:
-    """Read ``fd`` to its end; refuse it (``too_large``) past ``cap`` bytes."""
+def read_capped(fd: int, cap: int, path: str, cancel: threading.Event | None = None) -> bytes:
+    """Read ``fd`` to its end; refuse it (``too_large``) past ``cap`` bytes.
+
+    ``cancel``: once set, the read fails with ``cancelled`` before its next chunk.
+    """
     data = bytearray()
     while len(data) <= cap:
+        check_cancelled(cancel, path)
         chunk = os.read(fd, _CHUNK)
         if not chunk:
             return bytes(data)

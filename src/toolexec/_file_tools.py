@@ -15,7 +15,6 @@ import os
 from typing import TYPE_CHECKING, Any
 
 import attrs
-import trio
 
 from ._confined import MAX_PATH_DEPTH
 from ._display import show
@@ -23,9 +22,11 @@ from ._errors import ToolError
 from ._lines import line_count, lines_from
 from ._tree import walk_tree
 from ._types import SideEffects, ToolDefinition, ToolOutput
+from ._worker import run_abandonable
 from ._workspace_errors import WorkspaceError, WorkspaceErrorKind
 
 if TYPE_CHECKING:
+    import threading
     from collections.abc import Mapping
 
     from ._tool import ToolContext
@@ -122,7 +123,7 @@ class ReadFileTool:
     async def execute(self, arguments: Mapping[str, Any], ctx: ToolContext) -> ToolOutput:
         """Read the file and return the selected lines."""
         path = arguments["path"]
-        data = await trio.to_thread.run_sync(self.workspace.read_bytes_sync, path)
+        data = await self.workspace.read_bytes(path)
         if is_binary(data):
             raise ToolError(
                 f"{show(path)} is a binary file ({len(data)} bytes); read_file shows text only."
@@ -202,7 +203,7 @@ class WriteFileTool:
         """Write the content; say whether the file was created or replaced."""
         path, content = arguments["path"], arguments["content"]
         data = content.encode("utf-8", "replace")
-        created = await trio.to_thread.run_sync(self.workspace.write_bytes_sync, path, data)
+        created = await self.workspace.write_bytes(path, data)
         verb = "Created" if created else "Replaced"
         return ToolOutput.text(
             f"{verb} {show(path)} ({len(data)} bytes, {line_count(content)} lines).",
@@ -293,11 +294,12 @@ class EditFileTool:
 
     async def execute(self, arguments: Mapping[str, Any], ctx: ToolContext) -> ToolOutput:
         """Apply the replacement and report the line it happened at."""
-        return await trio.to_thread.run_sync(
-            self._edit, arguments["path"], arguments["old_string"], arguments["new_string"]
-        )
+        path, old, new = arguments["path"], arguments["old_string"], arguments["new_string"]
+        return await run_abandonable(lambda cancel: self._edit(path, old, new, cancel))
 
-    def _edit(self, path: str, old: str, new: str) -> ToolOutput:
+    def _edit(
+        self, path: str, old: str, new: str, cancel: threading.Event | None = None
+    ) -> ToolOutput:
         if old == new:
             raise ToolError("old_string and new_string are identical; there is nothing to change.")
         at_line: list[int] = []
@@ -307,7 +309,7 @@ class EditFileTool:
             at_line.append(text.count("\n", 0, at) + 1)
             return (text[:at] + new + text[at + len(old) :]).encode("utf-8", "replace")
 
-        self.workspace.edit_bytes_sync(path, replace)
+        self.workspace.edit_bytes_sync(path, replace, cancel=cancel)
         line = at_line[0]
         return ToolOutput.text(
             f"Edited {show(path)}: replaced 1 occurrence at line {line} "
@@ -387,14 +389,14 @@ class ListDirTool:
         path = arguments.get("path", ".")
         depth = int(arguments.get("depth", 1))
         limit = int(arguments.get("limit", self.default_limit))
-        return await trio.to_thread.run_sync(self._list, path, depth, limit)
+        return await run_abandonable(lambda cancel: self._list(path, depth, limit, cancel))
 
-    def _list(self, path: str, depth: int, limit: int) -> ToolOutput:
-        fd = self.workspace.open_dir(path)
+    def _list(self, path: str, depth: int, limit: int, cancel: threading.Event) -> ToolOutput:
+        fd = self.workspace.open_dir(path, cancel=cancel)
         problems: list[str] = []
         lines: list[str] = []
         complete = True
-        walk = walk_tree(fd, "", depth, problems)
+        walk = walk_tree(fd, "", depth, problems, cancel=cancel)
         try:
             for rel, entry, _level, _parent in walk:
                 if len(lines) == limit:

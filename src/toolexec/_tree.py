@@ -8,7 +8,9 @@ descriptors stays open (32 for a walk 256 levels deep), and climbing back
 up costs O(1) opens, amortized: an ancestor that was closed is reopened by
 name (again with ``O_NOFOLLOW``) from the nearest open one, at most a few
 levels below it. A directory that changed meanwhile, or cannot be entered,
-is reported and skipped, never followed elsewhere.
+is reported and skipped, never followed elsewhere. Both check a cancel
+token at every entry and fail with ``cancelled`` once it is set, so a
+listing whose caller stopped waiting ends at once.
 """
 
 from __future__ import annotations
@@ -22,8 +24,10 @@ import attrs
 from ._dirstack import DirStack
 from ._display import show
 from ._file_ops import DIR_FLAGS, kind_of
+from ._workspace_errors import check_cancelled
 
 if TYPE_CHECKING:
+    import threading
     from collections.abc import Generator, Iterator
 
 __all__ = ["DirEntry", "scan", "walk_tree"]
@@ -47,11 +51,15 @@ class DirEntry:
     target: str | None = None
 
 
-def scan(dir_fd: int) -> list[DirEntry]:
-    """The entries of an open directory, sorted by name; links are not followed."""
+def scan(dir_fd: int, cancel: threading.Event | None = None, path: str = ".") -> list[DirEntry]:
+    """The entries of an open directory, sorted by name; links are not followed.
+
+    ``cancel``: once set, the listing (of ``path``) fails with ``cancelled``.
+    """
     entries = []
     with os.scandir(dir_fd) as it:
         for entry in it:
+            check_cancelled(cancel, path)
             try:
                 st = entry.stat(follow_symlinks=False)
             except OSError:
@@ -79,6 +87,7 @@ def walk_tree(
     max_depth: int,
     problems: list[str],
     skip_dirs: frozenset[str] = frozenset(),
+    cancel: threading.Event | None = None,
 ) -> Generator[tuple[str, DirEntry, int, int], None, None]:
     """Depth-first, pre-order walk below an open directory, without recursion.
 
@@ -88,13 +97,15 @@ def walk_tree(
     about ``2 * sqrt(max_depth)`` (see the module docstring), so callers
     keep ``max_depth`` to the workspace's path depth limit. Directories
     that cannot be entered are reported in ``problems``; directories named
-    in ``skip_dirs`` are listed but not entered. ``top_fd`` stays owned by
-    the caller.
+    in ``skip_dirs`` are listed but not entered. Once ``cancel`` is set the
+    walk fails with ``cancelled``. ``top_fd`` stays owned by the caller.
     """
+    where = top_rel or "."  # what a cancelled walk's error names
     dirs = DirStack.at(top_fd, max_depth, owns_base=False)
-    frames = [_Frame(top_rel, iter(scan(top_fd)))]
+    frames = [_Frame(top_rel, iter(scan(top_fd, cancel, where)))]
     try:
         while frames:
+            check_cancelled(cancel, where)
             frame = frames[-1]
             entry = next(frame.entries, None)
             if entry is None:
@@ -110,7 +121,7 @@ def walk_tree(
             depth = len(frames)
             yield rel, entry, depth, fd
             if entry.kind == "dir" and depth < max_depth and entry.name not in skip_dirs:
-                _enter(frames, dirs, fd, entry.name, rel, problems)
+                _enter(frames, dirs, fd, entry.name, rel, problems, cancel)
     finally:
         dirs.close()
 
@@ -129,6 +140,7 @@ def _enter(
     name: str,
     rel: str,
     problems: list[str],
+    cancel: threading.Event | None,
 ) -> None:
     """Go down into ``name`` (in ``fd``), or report why it cannot be entered."""
     try:
@@ -137,9 +149,11 @@ def _enter(
         problems.append(f"{show(rel)} could not be opened ({exc.strerror}); skipped")
         return
     try:
-        entries = scan(child)
-    except OSError as exc:
+        entries = scan(child, cancel, rel)
+    except BaseException as exc:
         os.close(child)
+        if not isinstance(exc, OSError):
+            raise
         problems.append(f"{show(rel)} could not be listed ({exc.strerror}); skipped")
         return
     dirs.push(name, child)
