@@ -22,6 +22,7 @@ from toolexec import (
     Sequential,
     SideEffects,
     ToolCall,
+    ToolDefinition,
     ToolExecutor,
     ToolRegistry,
     ToolResult,
@@ -242,6 +243,68 @@ async def test_listings_and_searches_stop_at_the_path_depth_limit(root: Path) ->
     assert beneath.text == "d/"  # the deepest path listed is one the tools take
     assert below.error_class is ErrorClass.INVALID_ARGUMENTS
     assert "a path may have at most 256 (the path depth limit)" in below.text
+
+
+# -- argument bounds ------------------------------------------------------------------
+
+#: The documented bounds of every number a built-in takes (docs/tools.md).
+BOUNDS = {
+    ("read_file", "offset"): (1, 1_000_000_000),
+    ("read_file", "limit"): (1, 100_000),
+    ("list_dir", "depth"): (1, 256),
+    ("list_dir", "limit"): (1, 10_000),
+    ("search_files", "max_results"): (1, 1000),
+    ("shell", "timeout"): (0, 600),  # exclusive minimum: any positive number of seconds
+}
+#: What a built-in needs besides the number to run.
+REQUIRED: dict[str, dict[str, Any]] = {
+    "read_file": {"path": "a.txt"},
+    "list_dir": {},
+    "search_files": {"pattern": "x"},
+    "shell": {"command": "true"},
+}
+EXTREMES: list[object] = [0, -1, 2**63, 10**30, 1e308, -1e308, True, False]
+
+
+def _numbers(definitions: list[ToolDefinition]) -> dict[tuple[str, str], dict[str, Any]]:
+    """Every integer or number argument of ``definitions``, with its schema."""
+    return {
+        (d.name, name): schema
+        for d in definitions
+        for name, schema in d.input_schema["properties"].items()
+        if schema.get("type") in ("integer", "number")
+    }
+
+
+async def test_every_number_a_built_in_takes_is_bounded_and_extremes_are_refused(
+    root: Path,
+) -> None:
+    (root / "a.txt").write_text("x\n")
+    registry = ToolRegistry()
+    numbers = _numbers(register_builtin_tools(registry, Workspace(root)))
+    executor = ToolExecutor(registry)
+    bounds = {
+        key: (schema.get("minimum", schema.get("exclusiveMinimum")), schema.get("maximum"))
+        for key, schema in numbers.items()
+    }
+    assert bounds == BOUNDS
+    for (tool, name), (_low, high) in BOUNDS.items():
+        for value in EXTREMES:
+            result = await call(executor, tool, **REQUIRED[tool], **{name: value})
+            assert result.error_class is ErrorClass.INVALID_ARGUMENTS, (tool, name, value)
+            assert f"$.{name}" in result.text
+        at_most = await call(executor, tool, **REQUIRED[tool], **{name: high})
+        assert at_most.error_class is not ErrorClass.INVALID_ARGUMENTS, (tool, name)
+        assert "traceback" not in at_most.details, at_most.text  # a result, never a crash
+
+
+async def test_a_huge_limit_is_refused_instead_of_crashing_the_read(root: Path) -> None:
+    (root / "a.txt").write_text("x\n")
+    result = await call(_executor(root), "read_file", path="a.txt", limit=10**30)
+    assert result.error_class is ErrorClass.INVALID_ARGUMENTS
+    assert "$.limit: 1000000000000000000000000000000 is greater than the maximum of 100000" in (
+        result.text
+    )
 
 
 # -- search_files ---------------------------------------------------------------------

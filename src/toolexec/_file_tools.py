@@ -6,6 +6,10 @@ definition names that workspace, so policies resolve path arguments the
 way the tool will. Every file operation goes through the workspace, in a
 worker thread, one hop per call; names in results and errors are escaped
 by ``show``. The schema helpers here serve ``search_files`` too.
+
+Every integer argument has a schema ``minimum`` and ``maximum``, so an
+extreme value (``10**30``, ``1e308``) is ``invalid_arguments`` before the
+tool runs.
 """
 
 from __future__ import annotations
@@ -45,6 +49,12 @@ __all__ = [
 ]
 
 _BINARY_SNIFF = 8192
+#: The largest ``offset`` read_file takes: a line number no readable file reaches.
+MAX_LINE_NUMBER = 1_000_000_000
+#: The most lines read_file returns per call (as many as its output cap has characters).
+MAX_LINES = 100_000
+#: The most entries list_dir returns per call.
+MAX_ENTRIES = 10_000
 
 
 def tool_schema(properties: dict[str, Any], *required: str) -> dict[str, Any]:
@@ -87,12 +97,14 @@ READ_FILE = ToolDefinition(
             "offset": {
                 "type": "integer",
                 "minimum": 1,
+                "maximum": MAX_LINE_NUMBER,
                 "description": "The first line to return, counting from 1 (default 1).",
             },
             "limit": {
                 "type": "integer",
                 "minimum": 1,
-                "description": "The most lines to return (default 2000).",
+                "maximum": MAX_LINES,
+                "description": f"The most lines to return (default 2000, at most {MAX_LINES}).",
             },
         },
         "path",
@@ -346,8 +358,8 @@ LIST_DIR = ToolDefinition(
             "limit": {
                 "type": "integer",
                 "minimum": 1,
-                "maximum": 10_000,
-                "description": "The most entries to return (default 500).",
+                "maximum": MAX_ENTRIES,
+                "description": f"The most entries to return (default 500, at most {MAX_ENTRIES}).",
             },
         }
     ),
