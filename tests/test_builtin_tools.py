@@ -29,7 +29,8 @@ from toolexec import (
     Workspace,
     register_builtin_tools,
 )
-from toolexec.tools import SearchFilesTool
+from toolexec._file_tools import _problem_lines
+from toolexec.tools import ListDirTool, SearchFilesTool
 
 if TYPE_CHECKING:
     from toolexec import ExecutionStrategy
@@ -203,6 +204,41 @@ async def test_list_dir_shows_kinds_and_never_follows_links(root: Path) -> None:
     empty = root / "empty"
     empty.mkdir()
     assert (await call(ex, "list_dir", path="empty")).text == "'empty' is empty."
+
+
+async def test_list_dir_caps_its_output_in_characters_like_read_file(root: Path) -> None:
+    for i in range(2000):
+        (root / f"{i:04d}-{'n' * 200}").write_text("x")
+    ex = _executor(root)
+    listing = await call(ex, "list_dir", limit=10_000)
+    assert not listing.is_error
+    entries, note = listing.text.splitlines()[:-1], listing.text.splitlines()[-1]
+    assert len("\n".join(entries)) + 1 <= 100_000 < len("\n".join(entries)) + 1 + 215
+    assert entries[-1].startswith(f"{len(entries) - 1:04d}-")
+    assert note == (
+        f"[listing stopped after {len(entries)} entries at the 100,000-character output cap; "
+        "list a subdirectory or lower depth]"
+    )
+    assert listing.details["complete"] is False
+    assert listing.details["entries"] == len(entries)
+    registry = ToolRegistry()
+    registry.register(ListDirTool(Workspace(root), max_output_chars=100))
+    tiny = await call(ToolExecutor(registry), "list_dir", limit=10_000)
+    assert tiny.text == (
+        "0000-" + "n" * 95 + "\n[the first entry is 216 characters; showing the first 100]"
+    )
+
+
+def test_problems_after_a_listing_share_its_output_cap() -> None:
+    problems = [f"dir{i} could not be opened" for i in range(5)]
+    assert _problem_lines(problems, 1000) == [f"[{p}]" for p in problems]
+    assert _problem_lines(problems, 60) == [
+        "[dir0 could not be opened]",
+        "[dir1 could not be opened]",
+        "[3 more problems not shown (output cap)]",
+    ]
+    assert _problem_lines(problems, 0) == ["[5 more problems not shown (output cap)]"]
+    assert _problem_lines([], 0) == []
 
 
 async def test_listings_and_searches_stop_at_the_path_depth_limit(root: Path) -> None:
