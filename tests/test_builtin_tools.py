@@ -22,13 +22,15 @@ from toolexec import (
     Sequential,
     SideEffects,
     ToolCall,
+    ToolDefinition,
     ToolExecutor,
     ToolRegistry,
     ToolResult,
     Workspace,
     register_builtin_tools,
 )
-from toolexec.tools import SearchFilesTool
+from toolexec._file_tools import _problem_lines
+from toolexec.tools import ListDirTool, SearchFilesTool
 
 if TYPE_CHECKING:
     from toolexec import ExecutionStrategy
@@ -205,24 +207,141 @@ async def test_list_dir_shows_kinds_and_never_follows_links(root: Path) -> None:
     assert (await call(ex, "list_dir", path="empty")).text == "'empty' is empty."
 
 
-async def test_list_dir_walks_trees_deeper_than_the_recursion_limit(root: Path) -> None:
-    levels = 1200
+async def test_list_dir_caps_its_output_in_characters_like_read_file(root: Path) -> None:
+    for i in range(2000):
+        (root / f"{i:04d}-{'n' * 200}").write_text("x")
+    ex = _executor(root)
+    listing = await call(ex, "list_dir", limit=10_000)
+    assert not listing.is_error
+    entries, note = listing.text.splitlines()[:-1], listing.text.splitlines()[-1]
+    assert len("\n".join(entries)) + 1 <= 100_000 < len("\n".join(entries)) + 1 + 215
+    assert entries[-1].startswith(f"{len(entries) - 1:04d}-")
+    assert note == (
+        f"[listing stopped after {len(entries)} entries at the 100,000-character output cap; "
+        "list a subdirectory or lower depth]"
+    )
+    assert listing.details["complete"] is False
+    assert listing.details["entries"] == len(entries)
+    registry = ToolRegistry()
+    registry.register(ListDirTool(Workspace(root), max_output_chars=100))
+    tiny = await call(ToolExecutor(registry), "list_dir", limit=10_000)
+    assert tiny.text == (
+        "0000-" + "n" * 95 + "\n[the first entry is 216 characters; showing the first 100]"
+    )
+
+
+def test_problems_after_a_listing_share_its_output_cap() -> None:
+    problems = [f"dir{i} could not be opened" for i in range(5)]
+    assert _problem_lines(problems, 1000) == [f"[{p}]" for p in problems]
+    assert _problem_lines(problems, 60) == [
+        "[dir0 could not be opened]",
+        "[dir1 could not be opened]",
+        "[3 more problems not shown (output cap)]",
+    ]
+    assert _problem_lines(problems, 0) == ["[5 more problems not shown (output cap)]"]
+    assert _problem_lines([], 0) == []
+
+
+async def test_listings_and_searches_stop_at_the_path_depth_limit(root: Path) -> None:
+    levels = 300
     fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
-    for _ in range(levels):
+    for level in range(1, levels + 1):
         os.mkdir("d", dir_fd=fd)
         child = os.open("d", os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
         os.close(fd)
         fd = child
+        if level in (100, 280):
+            with open(os.open("f.txt", os.O_WRONLY | os.O_CREAT, 0o644, dir_fd=fd), "w") as f:
+                f.write("needle\n")
     os.close(fd)
+    ex = _executor(root)
     try:
-        ex = _executor(root)
-        result = await call(ex, "list_dir", depth=levels + 10, limit=5000)
+        listing = await call(ex, "list_dir", depth=256, limit=5000)
+        search = await call(ex, "search_files", pattern="needle")
+        too_deep = await call(ex, "list_dir", depth=257)
+        deepest = "/".join(["d"] * 256)
+        beneath = await call(ex, "list_dir", path=deepest)
+        below = await call(ex, "list_dir", path=deepest + "/d")
     finally:  # shutil.rmtree (pytest's cleanup) recurses per level: remove it here
         subprocess.run(["rm", "-rf", str(root / "d")], check=True)
-    assert not result.is_error, result.text
-    lines = result.text.splitlines()
-    assert len(lines) == levels + 1  # every level, plus out-link
-    assert lines[-2] == "/".join(["d"] * levels) + "/"
+    assert not listing.is_error, listing.text
+    lines = listing.text.splitlines()
+    assert len(lines) == 256 + 2  # every level down to the limit, f.txt, out-link
+    assert lines[-3:-1] == [deepest + "/", "/".join(["d"] * 100) + "/f.txt  (7 bytes)"]
+    assert search.text.splitlines()[:2] == [
+        "1 matching lines for 'needle' in '.' (1 files searched, 0 skipped).",
+        "/".join(["d"] * 100) + "/f.txt:1: needle",
+    ]
+    assert search.text.splitlines()[-1] == (
+        "[1 directories 256 levels down were not searched: no path may go deeper]"
+    )
+    assert too_deep.error_class is ErrorClass.INVALID_ARGUMENTS
+    assert "$.depth: 257 is greater than the maximum of 256" in too_deep.text
+    assert beneath.text == "d/"  # the deepest path listed is one the tools take
+    assert below.error_class is ErrorClass.INVALID_ARGUMENTS
+    assert "a path may have at most 256 (the path depth limit)" in below.text
+
+
+# -- argument bounds ------------------------------------------------------------------
+
+#: The documented bounds of every number a built-in takes (docs/tools.md).
+BOUNDS = {
+    ("read_file", "offset"): (1, 1_000_000_000),
+    ("read_file", "limit"): (1, 100_000),
+    ("list_dir", "depth"): (1, 256),
+    ("list_dir", "limit"): (1, 10_000),
+    ("search_files", "max_results"): (1, 1000),
+    ("shell", "timeout"): (0, 600),  # exclusive minimum: any positive number of seconds
+}
+#: What a built-in needs besides the number to run.
+REQUIRED: dict[str, dict[str, Any]] = {
+    "read_file": {"path": "a.txt"},
+    "list_dir": {},
+    "search_files": {"pattern": "x"},
+    "shell": {"command": "true"},
+}
+EXTREMES: list[object] = [0, -1, 2**63, 10**30, 1e308, -1e308, True, False]
+
+
+def _numbers(definitions: list[ToolDefinition]) -> dict[tuple[str, str], dict[str, Any]]:
+    """Every integer or number argument of ``definitions``, with its schema."""
+    return {
+        (d.name, name): schema
+        for d in definitions
+        for name, schema in d.input_schema["properties"].items()
+        if schema.get("type") in ("integer", "number")
+    }
+
+
+async def test_every_number_a_built_in_takes_is_bounded_and_extremes_are_refused(
+    root: Path,
+) -> None:
+    (root / "a.txt").write_text("x\n")
+    registry = ToolRegistry()
+    numbers = _numbers(register_builtin_tools(registry, Workspace(root)))
+    executor = ToolExecutor(registry)
+    bounds = {
+        key: (schema.get("minimum", schema.get("exclusiveMinimum")), schema.get("maximum"))
+        for key, schema in numbers.items()
+    }
+    assert bounds == BOUNDS
+    for (tool, name), (_low, high) in BOUNDS.items():
+        for value in EXTREMES:
+            result = await call(executor, tool, **REQUIRED[tool], **{name: value})
+            assert result.error_class is ErrorClass.INVALID_ARGUMENTS, (tool, name, value)
+            assert f"$.{name}" in result.text
+        at_most = await call(executor, tool, **REQUIRED[tool], **{name: high})
+        assert at_most.error_class is not ErrorClass.INVALID_ARGUMENTS, (tool, name)
+        assert "traceback" not in at_most.details, at_most.text  # a result, never a crash
+
+
+async def test_a_huge_limit_is_refused_instead_of_crashing_the_read(root: Path) -> None:
+    (root / "a.txt").write_text("x\n")
+    result = await call(_executor(root), "read_file", path="a.txt", limit=10**30)
+    assert result.error_class is ErrorClass.INVALID_ARGUMENTS
+    assert "$.limit: 1000000000000000000000000000000 is greater than the maximum of 100000" in (
+        result.text
+    )
 
 
 # -- search_files ---------------------------------------------------------------------

@@ -60,6 +60,8 @@ LAYERS: dict[str, str] = {
             "_workspace",
             "_workspace_errors",
             "_confined",
+            "_dirstack",
+            "_worker",
             "_file_ops",
             "_lines",
             "_tree",

@@ -195,6 +195,24 @@ async def test_a_grant_is_judged_where_the_path_really_leads(tmp_path: Path) -> 
     assert (root / "private" / "keys.txt").read_text() == "TOKEN=abc\n"
 
 
+async def test_a_path_over_the_limits_is_denied_at_once(tmp_path: Path) -> None:
+    workspace = Workspace(tmp_path)
+    registry = ToolRegistry()
+    register_builtin_tools(registry, workspace)
+    policy = CapabilityPolicy(
+        {"root": Capabilities(paths=[PathGrant(".", "r")])}, workspace=workspace
+    )
+    executor = ToolExecutor(registry, policy=policy)
+    # Judged prefix by prefix, this took a second, and time grew with the square of its length.
+    deep = "d/" * 3000 + "../" * 3000 + "ok.txt"
+    outcome = await executor.execute_batch([ToolCall("c", "read_file", {"path": deep})])
+    (result,) = outcome.results
+    assert result.error_class is ErrorClass.PERMISSION_DENIED
+    assert result.text.endswith(
+        "is 15006 bytes long; a path may be at most 4096 bytes (the path length limit)"
+    )
+
+
 async def test_rules_see_a_path_where_it_really_leads(tmp_path: Path) -> None:
     root = tmp_path / "ws"
     (root / ".git").mkdir(parents=True)

@@ -231,6 +231,9 @@ async def test_odd_names_give_clean_errors(
         ("read", "a\x00b", WorkspaceErrorKind.INVALID_PATH),
         ("read", "n" * 300, WorkspaceErrorKind.INVALID_PATH),
         ("read", "loop", WorkspaceErrorKind.TOO_MANY_LINKS),
+        ("read", "a/" * 256 + "f", WorkspaceErrorKind.INVALID_PATH),
+        ("write", "a/" * 256 + "f", WorkspaceErrorKind.INVALID_PATH),
+        ("list", ("n" * 200 + "/") * 21, WorkspaceErrorKind.INVALID_PATH),
     ],
 )
 async def test_every_refusal_says_its_kind_and_the_kind_gives_the_class(
@@ -250,6 +253,53 @@ async def test_every_refusal_says_its_kind_and_the_kind_gives_the_class(
     assert info.value.kind is kind
     assert info.value.error_class is kind.error_class
     assert info.value.message == f"{show(info.value.path)} {info.value.reason}"
+
+
+# -- path limits ----------------------------------------------------------------------
+
+
+async def test_paths_over_the_limits_are_refused_naming_the_limit(
+    world: dict[str, Path],
+) -> None:
+    ws = Workspace(world["root"])
+    assert (ws.max_path_depth, ws.max_path_bytes) == (256, 4096)
+    assert await ws.write_bytes("a/" * 255 + "f", b"deep") is True  # 256 components: allowed
+    assert await ws.read_bytes("/".join(["a"] * 127 + [".."] * 127 + ["a.txt"])) == b"inside\n"
+    refusals = {
+        "a/" * 256 + "f": "has 257 components; a path may have at most 256 "
+        "(the path depth limit).",
+        "d/" * 3000 + "../" * 3000 + "ok.txt": "is 15006 bytes long; a path may be at most "
+        "4096 bytes (the path length limit).",
+        str(world["root"]) + "/" + "a/" * 257: "has 257 components; a path may have at most 256 "
+        "(the path depth limit).",
+    }
+    for path, reason in refusals.items():
+        with pytest.raises(WorkspaceError) as info:
+            await ws.read_bytes(path)
+        assert (info.value.kind, info.value.reason) == (WorkspaceErrorKind.INVALID_PATH, reason)
+        assert info.value.error_class is ErrorClass.INVALID_ARGUMENTS
+        assert len(info.value.message) < 250  # an over-long path is not repeated whole
+        assert info.value.path.endswith(f"... ({len(path)} characters)")
+
+
+async def test_links_cannot_take_a_walk_below_the_depth_limit(world: dict[str, Path]) -> None:
+    root = world["root"]
+    (root / "d" / "d" / "d" / "d" / "d").mkdir(parents=True)
+    (root / "d" / "d" / "d" / "d" / "d" / "f.txt").write_bytes(b"deep")
+    os.symlink("d/d/d", root / "three")
+    ws = Workspace(root, max_path_depth=5)
+    assert await ws.resolve("d/d/d/d/d") == "d/d/d/d/d"  # five components: walked
+    assert await ws.resolve("three/d") == "d/d/d/d"
+    with pytest.raises(WorkspaceError) as info:
+        await ws.read_bytes("three/d/d/f.txt")  # four components, six levels down
+    assert info.value.kind is WorkspaceErrorKind.INVALID_PATH
+    assert info.value.reason == (
+        "goes more than 5 levels below the workspace root (the path depth limit)."
+    )
+    with pytest.raises(ValueError, match="max_path_depth"):
+        Workspace(root, max_path_depth=0)
+    with pytest.raises(ValueError, match="max_path_bytes"):
+        Workspace(root, max_path_bytes=0)
 
 
 def test_a_workspace_error_made_by_hand_keeps_its_old_defaults() -> None:
@@ -343,7 +393,7 @@ def test_a_link_swapped_in_during_operations_never_leaks(world: dict[str, Path])
     def searched() -> list[bytes]:
         start = search._start("d")
         try:
-            items = search._files("d", start, None, _SearchState())
+            items = search._files("d", start, None, _SearchState(), threading.Event())
             return [item[1] for item in items if item is not None]
         finally:
             if isinstance(start, int):
@@ -510,14 +560,14 @@ async def test_many_new_directories_are_not_link_hops(world: dict[str, Path]) ->
 
 async def test_deep_trees_need_only_a_bounded_number_of_descriptors(tmp_path: Path) -> None:
     root = tmp_path / "ws"
-    deep = root / "/".join(["d"] * 300)
+    deep = root / "/".join(["d"] * 255)  # the leaf is at the path depth limit
     deep.mkdir(parents=True)
     (deep / "leaf.txt").write_text("needle\n")
     (root / "top.txt").write_text("needle\n")  # listed after the walk climbs back up
     registry = ToolRegistry()
     register_builtin_tools(registry, Workspace(root))
     executor = ToolExecutor(registry)
-    leaf = "/".join(["d"] * 300) + "/leaf.txt"
+    leaf = "/".join(["d"] * 255) + "/leaf.txt"
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (len(os.listdir("/proc/self/fd")) + 128, hard))
     try:
@@ -525,7 +575,7 @@ async def test_deep_trees_need_only_a_bounded_number_of_descriptors(tmp_path: Pa
             [
                 ToolCall("r", "read_file", {"path": leaf}),
                 ToolCall("w", "write_file", {"path": leaf, "content": "needle again\n"}),
-                ToolCall("l", "list_dir", {"path": ".", "depth": 1000}),
+                ToolCall("l", "list_dir", {"path": ".", "depth": 256}),
                 ToolCall("s", "search_files", {"pattern": "needle"}),
             ]
         )

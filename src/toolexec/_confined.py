@@ -7,18 +7,34 @@ directory is opened *relative to the descriptor of its parent* with
 ``O_NOFOLLOW | O_DIRECTORY``, so a component that is a symbolic link fails
 to open instead of being followed by the kernel. Links are then expanded
 here, by reading them (``readlinkat``) and pushing their target's components
-back onto the walk; ``..`` pops a descriptor off the stack, and popping the
+back onto the walk; ``..`` pops a level off the stack, and popping the
 root is an escape. Whatever the walk ends on is what gets used: the caller
 opens the final name relative to the parent descriptor with ``O_NOFOLLOW``
 (``_file_ops``), so a link swapped in after the walk makes the open fail
 rather than escape.
 
-The walk keeps at most ``MAX_OPEN_DIRS`` directories open: older ones are
-closed and reopened by name when ``..`` climbs back to them. Links are
-followed at most 40 times a walk, and ``create_dirs`` makes missing
-directories on the way (each counted, so a racing remover cannot loop it).
+Bounded work. The directories walked through live on a ``DirStack``
+(``_dirstack``): the names of every level, and open descriptors for the
+root, a checkpoint every ``spacing`` levels and the levels just below the
+top. ``..`` costs O(1) (a closed parent is reopened, by name from the
+checkpoint below it, only when it is used, and the levels reopened stay
+open for the next steps up), so a walk costs time linear in the number
+of components it takes, and holds at most ``2 * sqrt(max_depth)``
+descriptors: 32 at the default limits. Those limits bound the work a path
+can ask for: at most ``max_bytes`` bytes (4096, like ``PATH_MAX``) and
+``max_depth`` components below the root (256), and the walk never goes
+more than ``max_depth`` levels down (a link could otherwise take it
+deeper); both refusals are ``invalid_path``. Links are followed at most 40
+times a walk (and a target is at most ``PATH_MAX`` bytes), and
+``create_dirs`` makes missing directories on the way (each counted, so a
+racing remover cannot loop it).
 
-Everything here blocks; callers run it in a worker thread.
+Cancellation. Everything here blocks, and callers run it in a worker
+thread that a cancelled caller abandons (``_worker``). The thread is not
+stopped by that; the walk is: it checks a cancel token (a
+``threading.Event`` the caller sets when it stops waiting) before each
+component and then fails with ``cancelled``, closing what it opened, so an
+abandoned walk frees its thread after at most one more step.
 """
 
 from __future__ import annotations
@@ -27,16 +43,26 @@ import errno
 import os
 from collections import deque
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import attrs
 
+from ._dirstack import DirStack
 from ._display import show
-from ._file_ops import DIR_FLAGS, MAX_OPEN_DIRS
-from ._workspace_errors import WorkspaceError, WorkspaceErrorKind, os_error
+from ._file_ops import DIR_FLAGS
+from ._workspace_errors import WorkspaceError, WorkspaceErrorKind, check_cancelled, os_error
 
-__all__ = ["ConfinedRoot", "Located"]
+if TYPE_CHECKING:
+    import threading
 
+__all__ = ["MAX_PATH_BYTES", "MAX_PATH_DEPTH", "ConfinedRoot", "Located"]
+
+#: The most components a path may have below the root, and the deepest a walk goes.
+MAX_PATH_DEPTH = 256
+#: The longest a path may be, in bytes (``PATH_MAX``).
+MAX_PATH_BYTES = 4096
 _MAX_LINKS = 40
+_SHOWN = 100  # characters of an over-long path that its error shows
 _INVALID = WorkspaceErrorKind.INVALID_PATH
 _OUTSIDE = WorkspaceErrorKind.OUTSIDE
 _OS_ERROR = WorkspaceErrorKind.OS_ERROR
@@ -62,50 +88,75 @@ class ConfinedRoot:
 
     ``real`` is the root with its links resolved, ``identity`` its device
     and inode (a root moved away and replaced is refused), ``prefixes`` the
-    components an absolute path may start with to name the root.
+    components an absolute path may start with to name the root;
+    ``max_depth`` and ``max_bytes`` are the path limits.
     """
 
     real: str
     identity: tuple[int, int]
     prefixes: tuple[tuple[str, ...], ...]
+    max_depth: int = MAX_PATH_DEPTH
+    max_bytes: int = MAX_PATH_BYTES
 
     @classmethod
-    def of(cls, root: Path) -> ConfinedRoot:
+    def of(
+        cls, root: Path, max_depth: int = MAX_PATH_DEPTH, max_bytes: int = MAX_PATH_BYTES
+    ) -> ConfinedRoot:
         """Resolve ``root`` (an absolute path to a directory) once."""
         real = os.path.realpath(root)
         st = os.stat(real)
         # Absolute paths (and link targets) may name the root either way.
         resolved, given = Path(real).parts[1:], root.parts[1:]
         prefixes = (resolved,) if resolved == given else (resolved, given)
-        return cls(real, (st.st_dev, st.st_ino), prefixes)
+        return cls(real, (st.st_dev, st.st_ino), prefixes, max_depth, max_bytes)
 
     def split(self, path: str) -> list[str]:
         """The components of ``path`` below the root; refuse what no walk may take."""
+        self._check_length(path)
+        parts = [p for p in path.split("/") if p not in ("", ".")]
+        if path.startswith("/"):
+            inside = self.strip_root(parts)
+            if inside is None:
+                raise WorkspaceError(
+                    path,
+                    "is outside the workspace; use a path relative to its root.",
+                    kind=_OUTSIDE,
+                )
+            parts = inside
+        if len(parts) > self.max_depth:
+            raise WorkspaceError(
+                _shortened(path),
+                f"has {len(parts)} components; a path may have at most {self.max_depth} "
+                "(the path depth limit).",
+                kind=_INVALID,
+            )
+        return parts
+
+    def _check_length(self, path: str) -> None:
+        """Refuse what is not a string, cannot be a file name, or is too long."""
         if not isinstance(path, str):
             raise WorkspaceError(str(path), "is not a string.", kind=_INVALID)
         if "\x00" in path:
             raise WorkspaceError(
-                path.replace("\x00", "\\0"),
+                _shortened(path).replace("\x00", "\\0"),
                 "contains a NUL byte, which no file name can hold.",
                 kind=_INVALID,
             )
         try:
-            os.fsencode(path)
+            size = len(os.fsencode(path))
         except UnicodeEncodeError:
             raise WorkspaceError(
-                path.encode("utf-8", "backslashreplace").decode("ascii"),
+                _shortened(path).encode("utf-8", "backslashreplace").decode("ascii"),
                 "contains characters that cannot be encoded as a file name.",
                 kind=_INVALID,
             ) from None
-        parts = [p for p in path.split("/") if p not in ("", ".")]
-        if not path.startswith("/"):
-            return parts
-        inside = self.strip_root(parts)
-        if inside is None:
+        if size > self.max_bytes:
             raise WorkspaceError(
-                path, "is outside the workspace; use a path relative to its root.", kind=_OUTSIDE
+                _shortened(path),
+                f"is {size} bytes long; a path may be at most {self.max_bytes} bytes "
+                "(the path length limit).",
+                kind=_INVALID,
             )
-        return inside
 
     def strip_root(self, parts: list[str]) -> list[str] | None:
         """``parts`` of an absolute path without the root's prefix; ``None`` if outside."""
@@ -115,9 +166,24 @@ class ConfinedRoot:
                 return parts[n:]
         return None
 
-    def locate(self, path: str, *, create_dirs: bool = False) -> Located:
-        """Walk ``path`` from the root; return the parent descriptor and final name."""
+    def locate(
+        self, path: str, *, create_dirs: bool = False, cancel: threading.Event | None = None
+    ) -> Located:
+        """Walk ``path`` from the root; return the parent descriptor and final name.
+
+        ``cancel``: once set, the walk stops before its next component and
+        fails with ``cancelled`` (see the module docstring).
+        """
         parts = self.split(path)
+        dirs = DirStack.at(self._open_root(), self.max_depth)
+        # A trailing '/' (or '/.') says the last part is a directory, as the kernel reads it.
+        directory = path.endswith(("/", "/.")) and bool(parts)
+        try:
+            return _Walk(self, path, deque(parts), dirs, create_dirs, directory, cancel).run()
+        finally:
+            dirs.close()
+
+    def _open_root(self) -> int:
         try:
             root_fd = os.open(self.real, DIR_FLAGS & ~os.O_NOFOLLOW)
         except OSError as exc:
@@ -132,15 +198,12 @@ class ConfinedRoot:
                 "(the workspace root) is no longer the directory the workspace was made for.",
                 kind=_OUTSIDE,
             )
-        # A trailing '/' (or '/.') says the last part is a directory, as the kernel reads it.
-        directory = path.endswith(("/", "/.")) and bool(parts)
-        walk = _Walk(self, path, deque(parts), [root_fd], create_dirs, directory)
-        try:
-            return walk.run()
-        finally:
-            for fd in walk.fds:
-                if fd is not None:
-                    os.close(fd)
+        return root_fd
+
+
+def _shortened(path: str) -> str:
+    """``path``, or its start if it is too long to repeat in an error."""
+    return path if len(path) <= _SHOWN else f"{path[:_SHOWN]}... ({len(path)} characters)"
 
 
 @attrs.define(eq=False)
@@ -150,93 +213,70 @@ class _Walk:
     root: ConfinedRoot
     path: str
     queue: deque[str]
-    fds: list[int | None]  # root first; None: closed to bound the count, reopened on '..'
+    dirs: DirStack  # the root at its base; names and a bounded set of open descriptors
     create_dirs: bool
     directory: bool = False  # the path ends with '/': its last part must be a directory
-    names: list[str] = attrs.Factory(list)
+    cancel: threading.Event | None = None  # set: the caller stopped waiting; stop
     budget: int = _MAX_LINKS
     created: int = 0
     via_link: str | None = None
 
     def run(self) -> Located:
-        queue, fds, names = self.queue, self.fds, self.names
+        queue, dirs = self.queue, self.dirs
         while queue:
+            check_cancelled(self.cancel, self.path)
             part = queue.popleft()
             if part == "..":
-                if len(fds) == 1:
+                if not dirs.depth:
                     raise self._escape("leads above the workspace root.")
-                closing = fds.pop()
-                if closing is not None:
-                    os.close(closing)
-                names.pop()
-                if fds[-1] is None:
-                    self._reopen()
+                dirs.pop()  # O(1): the parent is reopened only if it is used, and cheaply
+            elif dirs.depth >= self.root.max_depth:
+                raise self._error(
+                    f"goes more than {self.root.max_depth} levels below the workspace root "
+                    "(the path depth limit).",
+                    _INVALID,
+                )
             elif queue or self.directory:
                 self._descend(part)
             else:
-                target = _link_target(self._top, part, self.path)
+                target = _link_target(self._top(), part, self.path)
                 if target is None:
-                    return Located(self._pop(), part, (*names, part))
+                    parts = (*dirs.names, part)
+                    return Located(self._detach(), part, parts)
                 self._expand(part, target)
-        return Located(self._pop(), None, tuple(names))
+        parts = tuple(dirs.names)
+        return Located(self._detach(), None, parts)
 
-    @property
     def _top(self) -> int:
-        fd = self.fds[-1]
-        assert fd is not None  # the deepest directory is always open
-        return fd
-
-    def _pop(self) -> int:
-        fd = self._top
-        self.fds.pop()
-        return fd
-
-    def _reopen(self) -> None:
-        """Reopen the deepest directory by name, from the nearest open ancestor."""
-        base = max(i for i, fd in enumerate(self.fds) if fd is not None)
-        parent = self.fds[base]
-        assert parent is not None
-        opened: list[int] = []
+        """The deepest directory's descriptor (reopened by name if it was closed)."""
         try:
-            for name in self.names[base : len(self.fds) - 1]:
-                opened.append(os.open(name, DIR_FLAGS, dir_fd=opened[-1] if opened else parent))
+            return self.dirs.top()
         except OSError as exc:
-            for fd in opened:
-                os.close(fd)
             raise self._error(
                 f"cannot be walked back up ({exc.strerror}): it changed during the operation.",
                 WorkspaceErrorKind.CHANGED,
             ) from None
-        for fd in opened[:-1]:  # only the deepest stays open
-            os.close(fd)
-        self.fds[-1] = opened[-1]
+
+    def _detach(self) -> int:
+        self._top()  # reopened here, so a failure says so
+        return self.dirs.detach()
 
     def _descend(self, part: str) -> None:
         try:
-            fd = os.open(part, DIR_FLAGS, dir_fd=self._top)
+            fd = os.open(part, DIR_FLAGS, dir_fd=self._top())
         except OSError as exc:
             failure = exc
         else:
-            self._push(part, fd)
+            self.dirs.push(part, fd)
             return
         self._not_entered(part, failure)
 
-    def _push(self, part: str, fd: int) -> None:
-        self.fds.append(fd)
-        self.names.append(part)
-        if len(self.fds) > MAX_OPEN_DIRS:  # bound the descriptors: close the oldest open one
-            i = next(i for i, held in enumerate(self.fds) if i > 0 and held is not None)
-            evicted = self.fds[i]
-            assert evicted is not None
-            os.close(evicted)
-            self.fds[i] = None
-
     def _not_entered(self, part: str, failure: OSError) -> None:
         """``part`` did not open as a directory: follow it as a link, make it, or say why."""
-        here = show("/".join((*self.names, part)))
+        here = show("/".join((*self.dirs.names, part)))
         code = failure.errno
         if code in (errno.ENOTDIR, errno.ELOOP):
-            target = _link_target(self._top, part, self.path)
+            target = _link_target(self._top(), part, self.path)
             if target is not None:
                 self._expand(part, target)
                 return
@@ -263,7 +303,7 @@ class _Walk:
         made it meanwhile, or the budget is spent; the caller looks again.
         """
         try:
-            os.mkdir(part, 0o777, dir_fd=self._top)
+            os.mkdir(part, 0o777, dir_fd=self._top())
         except FileExistsError:
             return False
         except OSError as exc:
@@ -276,17 +316,13 @@ class _Walk:
 
     def _expand(self, part: str, target: str) -> None:
         self._spend()
-        self.via_link = "/".join((*self.names, part))
+        self.via_link = "/".join((*self.dirs.names, part))
         parts = [p for p in target.split("/") if p not in ("", ".")]
         if target.startswith("/"):
             inside = self.root.strip_root(parts)
             if inside is None:
                 raise self._escape("is outside the workspace.", target)
-            while len(self.fds) > 1:
-                closing = self.fds.pop()
-                if closing is not None:
-                    os.close(closing)
-            self.names.clear()
+            self.dirs.reset()
             parts = inside
         self.queue.extendleft(reversed(parts))
 

@@ -21,14 +21,17 @@ import functools
 import os
 import secrets
 import stat
+from typing import TYPE_CHECKING
 
 import attrs
 
-from ._workspace_errors import WorkspaceError, WorkspaceErrorKind, os_error
+from ._workspace_errors import WorkspaceError, WorkspaceErrorKind, check_cancelled, os_error
+
+if TYPE_CHECKING:
+    import threading
 
 __all__ = [
     "DIR_FLAGS",
-    "MAX_OPEN_DIRS",
     "OpenFile",
     "file_version",
     "is_a_directory",
@@ -39,8 +42,6 @@ __all__ = [
 ]
 
 DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-#: How many directory descriptors a walk keeps open, however deep it goes.
-MAX_OPEN_DIRS = 32
 _READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 _TEMP_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 _EUID_ACCESS = os.access in os.supports_effective_ids
@@ -118,10 +119,14 @@ class OpenFile:
         os.close(self.opened[0])
 
 
-def read_capped(fd: int, cap: int, path: str) -> bytes:
-    """Read ``fd`` to its end; refuse it (``too_large``) past ``cap`` bytes."""
+def read_capped(fd: int, cap: int, path: str, cancel: threading.Event | None = None) -> bytes:
+    """Read ``fd`` to its end; refuse it (``too_large``) past ``cap`` bytes.
+
+    ``cancel``: once set, the read fails with ``cancelled`` before its next chunk.
+    """
     data = bytearray()
     while len(data) <= cap:
+        check_cancelled(cancel, path)
         chunk = os.read(fd, _CHUNK)
         if not chunk:
             return bytes(data)

@@ -6,25 +6,31 @@ definition names that workspace, so policies resolve path arguments the
 way the tool will. Every file operation goes through the workspace, in a
 worker thread, one hop per call; names in results and errors are escaped
 by ``show``. The schema helpers here serve ``search_files`` too.
+
+Every integer argument has a schema ``minimum`` and ``maximum``, so an
+extreme value (``10**30``, ``1e308``) is ``invalid_arguments`` before the
+tool runs. Tools that return lines (``read_file``, ``list_dir``) cap them
+with ``take_capped``, by count and by characters (``max_output_chars``).
 """
 
 from __future__ import annotations
 
-import itertools
 import os
 from typing import TYPE_CHECKING, Any
 
 import attrs
-import trio
 
+from ._confined import MAX_PATH_DEPTH
 from ._display import show
 from ._errors import ToolError
-from ._lines import line_count, lines_from
+from ._lines import MAX_OUTPUT_CHARS, Capped, Stop, line_count, lines_from, take_capped
 from ._tree import walk_tree
 from ._types import SideEffects, ToolDefinition, ToolOutput
+from ._worker import run_abandonable
 from ._workspace_errors import WorkspaceError, WorkspaceErrorKind
 
 if TYPE_CHECKING:
+    import threading
     from collections.abc import Mapping
 
     from ._tool import ToolContext
@@ -43,6 +49,12 @@ __all__ = [
 ]
 
 _BINARY_SNIFF = 8192
+#: The largest ``offset`` read_file takes: a line number no readable file reaches.
+MAX_LINE_NUMBER = 1_000_000_000
+#: The most lines read_file returns per call (each line is at least one character).
+MAX_LINES = MAX_OUTPUT_CHARS
+#: The most entries list_dir returns per call.
+MAX_ENTRIES = 10_000
 
 
 def tool_schema(properties: dict[str, Any], *required: str) -> dict[str, Any]:
@@ -85,12 +97,14 @@ READ_FILE = ToolDefinition(
             "offset": {
                 "type": "integer",
                 "minimum": 1,
+                "maximum": MAX_LINE_NUMBER,
                 "description": "The first line to return, counting from 1 (default 1).",
             },
             "limit": {
                 "type": "integer",
                 "minimum": 1,
-                "description": "The most lines to return (default 2000).",
+                "maximum": MAX_LINES,
+                "description": f"The most lines to return (default 2000, at most {MAX_LINES}).",
             },
         },
         "path",
@@ -110,7 +124,7 @@ class ReadFileTool:
     """
 
     workspace: Workspace
-    max_output_chars: int = 100_000
+    max_output_chars: int = MAX_OUTPUT_CHARS
     default_limit: int = 2000
     definition: ToolDefinition = attrs.field(init=False, default=bound_to_workspace(READ_FILE))
 
@@ -121,7 +135,7 @@ class ReadFileTool:
     async def execute(self, arguments: Mapping[str, Any], ctx: ToolContext) -> ToolOutput:
         """Read the file and return the selected lines."""
         path = arguments["path"]
-        data = await trio.to_thread.run_sync(self.workspace.read_bytes_sync, path)
+        data = await self.workspace.read_bytes(path)
         if is_binary(data):
             raise ToolError(
                 f"{show(path)} is a binary file ({len(data)} bytes); read_file shows text only."
@@ -150,18 +164,12 @@ class ReadFileTool:
 
     def _take_lines(self, text: str, first: int, limit: int) -> tuple[list[str], list[str]]:
         """Up to ``limit`` lines from line ``first`` within ``max_output_chars``; and notes."""
-        chosen: list[str] = []
-        used = 0
-        for line in itertools.islice(lines_from(text, first), limit):
-            if used + len(line) > self.max_output_chars:
-                if chosen:
-                    break
-                cut = self.max_output_chars  # one line longer than the cap: show its start
-                note = f"[line {first} is {len(line)} characters; showing the first {cut}]"
-                return [line[:cut] + "\n"], [note]
-            chosen.append(line)
-            used += len(line)
-        return chosen, []
+        taken = take_capped(lines_from(text, first), limit, self.max_output_chars)
+        if taken.stop is Stop.CUT:  # one line longer than the cap: show its start
+            cut = self.max_output_chars
+            note = f"[line {first} is {taken.cut_from} characters; showing the first {cut}]"
+            return [taken.lines[0] + "\n"], [note]
+        return taken.lines, []
 
 
 # -- write_file ---------------------------------------------------------------
@@ -201,7 +209,7 @@ class WriteFileTool:
         """Write the content; say whether the file was created or replaced."""
         path, content = arguments["path"], arguments["content"]
         data = content.encode("utf-8", "replace")
-        created = await trio.to_thread.run_sync(self.workspace.write_bytes_sync, path, data)
+        created = await self.workspace.write_bytes(path, data)
         verb = "Created" if created else "Replaced"
         return ToolOutput.text(
             f"{verb} {show(path)} ({len(data)} bytes, {line_count(content)} lines).",
@@ -292,11 +300,12 @@ class EditFileTool:
 
     async def execute(self, arguments: Mapping[str, Any], ctx: ToolContext) -> ToolOutput:
         """Apply the replacement and report the line it happened at."""
-        return await trio.to_thread.run_sync(
-            self._edit, arguments["path"], arguments["old_string"], arguments["new_string"]
-        )
+        path, old, new = arguments["path"], arguments["old_string"], arguments["new_string"]
+        return await run_abandonable(lambda cancel: self._edit(path, old, new, cancel))
 
-    def _edit(self, path: str, old: str, new: str) -> ToolOutput:
+    def _edit(
+        self, path: str, old: str, new: str, cancel: threading.Event | None = None
+    ) -> ToolOutput:
         if old == new:
             raise ToolError("old_string and new_string are identical; there is nothing to change.")
         at_line: list[int] = []
@@ -306,7 +315,7 @@ class EditFileTool:
             at_line.append(text.count("\n", 0, at) + 1)
             return (text[:at] + new + text[at + len(old) :]).encode("utf-8", "replace")
 
-        self.workspace.edit_bytes_sync(path, replace)
+        self.workspace.edit_bytes_sync(path, replace, cancel=cancel)
         line = at_line[0]
         return ToolOutput.text(
             f"Edited {show(path)}: replaced 1 occurrence at line {line} "
@@ -323,7 +332,8 @@ LIST_DIR = ToolDefinition(
     description=(
         "List a directory of the workspace: one entry per line, directories ending in "
         "'/', links shown as 'name -> target' (never followed), file sizes in bytes. "
-        "depth > 1 lists subdirectories too; the listing stops at limit entries."
+        "depth > 1 lists subdirectories too; the listing stops at limit entries "
+        f"or {MAX_OUTPUT_CHARS:,} characters."
     ),
     input_schema=tool_schema(
         {
@@ -334,13 +344,17 @@ LIST_DIR = ToolDefinition(
             "depth": {
                 "type": "integer",
                 "minimum": 1,
-                "description": "How many levels to list (default 1: only the directory).",
+                "maximum": MAX_PATH_DEPTH,
+                "description": (
+                    "How many levels to list (default 1: only the directory; "
+                    f"at most {MAX_PATH_DEPTH})."
+                ),
             },
             "limit": {
                 "type": "integer",
                 "minimum": 1,
-                "maximum": 10_000,
-                "description": "The most entries to return (default 500).",
+                "maximum": MAX_ENTRIES,
+                "description": f"The most entries to return (default 500, at most {MAX_ENTRIES}).",
             },
         }
     ),
@@ -364,12 +378,15 @@ def _describe(rel: str, entry: DirEntry) -> str:
 class ListDirTool:
     """``list_dir``: a bounded listing, depth-first, links shown and not followed.
 
-    Deep trees are walked without recursion and with a bounded number of
-    open directories, so depth is limited only by ``limit``.
+    The listing stops at ``limit`` entries or ``max_output_chars``
+    characters, whichever comes first, and says so. Deep trees are walked
+    without recursion, with a bounded number of open directories, down to
+    ``depth`` levels (at most the workspace's path depth limit, 256).
     """
 
     workspace: Workspace
     default_limit: int = 500
+    max_output_chars: int = MAX_OUTPUT_CHARS
     definition: ToolDefinition = attrs.field(init=False, default=bound_to_workspace(LIST_DIR))
 
     def __call__(self) -> ListDirTool:
@@ -381,20 +398,15 @@ class ListDirTool:
         path = arguments.get("path", ".")
         depth = int(arguments.get("depth", 1))
         limit = int(arguments.get("limit", self.default_limit))
-        return await trio.to_thread.run_sync(self._list, path, depth, limit)
+        return await run_abandonable(lambda cancel: self._list(path, depth, limit, cancel))
 
-    def _list(self, path: str, depth: int, limit: int) -> ToolOutput:
-        fd = self.workspace.open_dir(path)
+    def _list(self, path: str, depth: int, limit: int, cancel: threading.Event) -> ToolOutput:
+        fd = self.workspace.open_dir(path, cancel=cancel)
         problems: list[str] = []
-        lines: list[str] = []
-        complete = True
-        walk = walk_tree(fd, "", depth, problems)
-        try:
-            for rel, entry, _level, _parent in walk:
-                if len(lines) == limit:
-                    complete = False
-                    break
-                lines.append(_describe(rel, entry))
+        walk = walk_tree(fd, "", depth, problems, cancel=cancel)
+        try:  # an entry's line break counts toward the cap
+            entries = (f"{_describe(rel, entry)}\n" for rel, entry, _level, _parent in walk)
+            taken = take_capped(entries, limit, self.max_output_chars)
         except OSError as exc:  # the directory itself could not be read
             raise WorkspaceError(
                 path, f"could not be listed: {exc.strerror}.", kind=WorkspaceErrorKind.OS_ERROR
@@ -402,12 +414,36 @@ class ListDirTool:
         finally:
             walk.close()
             os.close(fd)
-        if not lines:
-            lines.append(f"{show(path)} is empty.")
-        if not complete:
-            lines.append(
+        lines = [line.removesuffix("\n") for line in taken.lines]
+        lines += self._notes(path, limit, taken)
+        lines += _problem_lines(problems, self.max_output_chars - taken.chars)
+        return ToolOutput.text(
+            "\n".join(lines), path=path, entries=len(taken.lines), complete=taken.stop is None
+        )
+
+    def _notes(self, path: str, limit: int, taken: Capped) -> list[str]:
+        """What follows the entries: that the directory is empty, or why the listing stopped."""
+        count, cap = len(taken.lines), self.max_output_chars
+        if taken.stop is None:
+            return [] if count else [f"{show(path)} is empty."]
+        if taken.stop is Stop.COUNT:
+            return [
                 f"[listing stopped after {limit} entries; list a subdirectory, lower depth "
                 "or raise limit]"
-            )
-        lines.extend(f"[{p}]" for p in problems)
-        return ToolOutput.text("\n".join(lines), path=path, entries=len(lines), complete=complete)
+            ]
+        if taken.stop is Stop.CHARS:
+            return [
+                f"[listing stopped after {count} entries at the {cap:,}-character output cap; "
+                "list a subdirectory or lower depth]"
+            ]
+        long = taken.cut_from - 1  # its line break aside
+        return [f"[the first entry is {long:,} characters; showing the first {cap:,}]"]
+
+
+def _problem_lines(problems: list[str], room: int) -> list[str]:
+    """One line per problem, within ``room`` characters; then how many did not fit."""
+    shown = take_capped((f"[{p}]\n" for p in problems), len(problems), max(0, room))
+    lines = [] if shown.stop is Stop.CUT else [line.removesuffix("\n") for line in shown.lines]
+    if len(lines) < len(problems):
+        lines.append(f"[{len(problems) - len(lines)} more problems not shown (output cap)]")
+    return lines

@@ -3,18 +3,28 @@
 ``read_file`` pages through text by line number; a list of every line of a
 large file would cost tens of bytes per line on top of the text. These
 count line breaks with ``str.count`` and walk only the lines a caller takes.
+
+``take_capped`` is the one output cap of the tools that return lines
+(``read_file``'s lines, ``list_dir``'s entries): at most so many lines and
+so many characters, saying which bound stopped it.
 """
 
 from __future__ import annotations
 
+import enum
 import itertools
 import re
 from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from collections.abc import Iterator
+import attrs
 
-__all__ = ["line_count", "lines_from"]
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Iterator
+
+__all__ = ["MAX_OUTPUT_CHARS", "Capped", "Stop", "line_count", "lines_from", "take_capped"]
+
+#: The most characters a tool that returns lines gives back by default.
+MAX_OUTPUT_CHARS = 100_000
 
 # Where ``str.splitlines`` ends a line; "\r\n" is one break.
 _BREAK_CHARS = "\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029"
@@ -60,3 +70,49 @@ def lines_from(text: str, first: int) -> Iterator[str]:
         start = found_break.end()
     if start < len(text):
         yield text[start:]
+
+
+class Stop(enum.Enum):
+    """Why ``take_capped`` stopped before the lines ran out."""
+
+    #: ``count`` lines were taken and more remain.
+    COUNT = "count"
+    #: The next line would have passed the character cap.
+    CHARS = "chars"
+    #: The first line alone is longer than the cap: only its start was taken.
+    CUT = "cut"
+
+
+@attrs.frozen
+class Capped:
+    """What ``take_capped`` took: the lines, why it stopped (``None``: they ran out)."""
+
+    lines: list[str]
+    stop: Stop | None = None
+    cut_from: int = 0  # Stop.CUT: how long the line that was cut is
+
+    @property
+    def chars(self) -> int:
+        """How many characters were taken."""
+        return sum(map(len, self.lines))
+
+
+def take_capped(lines: Iterable[str], count: int, max_chars: int) -> Capped:
+    """Take up to ``count`` of ``lines``, at most ``max_chars`` characters in all.
+
+    Whole lines only, except that a first line longer than ``max_chars``
+    gives its first ``max_chars`` characters (``Stop.CUT``). One line past
+    ``count`` is looked at, to tell "exactly ``count``" from "more".
+    """
+    taken: list[str] = []
+    used = 0
+    for line in lines:
+        if len(taken) == count:
+            return Capped(taken, Stop.COUNT)
+        if used + len(line) > max_chars:
+            if taken:
+                return Capped(taken, Stop.CHARS)
+            return Capped([line[:max_chars]], Stop.CUT, len(line))
+        taken.append(line)
+        used += len(line)
+    return Capped(taken)

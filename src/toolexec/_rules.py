@@ -444,9 +444,15 @@ class CapabilityPolicy:
         return ALLOW
 
 
-#: Where a path leads somewhere refused: a shorter prefix would not change that.
+#: Where a path leads somewhere refused, or is a path no tool takes (over the
+#: workspace's limits, or no file name at all): a shorter prefix would not change that.
 _REFUSALS = frozenset(
-    {WorkspaceErrorKind.OUTSIDE, WorkspaceErrorKind.SPECIAL_FILE, WorkspaceErrorKind.PERMISSION}
+    {
+        WorkspaceErrorKind.OUTSIDE,
+        WorkspaceErrorKind.SPECIAL_FILE,
+        WorkspaceErrorKind.PERMISSION,
+        WorkspaceErrorKind.INVALID_PATH,
+    }
 )
 
 

@@ -11,6 +11,12 @@ subprocess (``_process``: its own process group, reaped on every path)
 that writes back one JSON line per match and an empty line per file. When
 the time bound expires the matcher is killed, and the result says the
 search was cut short and shows what was found.
+
+The walk runs in short worker-thread hops that the tool waits for (a hop
+is never abandoned: the walk's generator must not be touched while a
+thread runs it). When the search ends, for any reason, a cancel token is
+set that the tree walk checks at every entry, so a hop in progress ends
+at once; the walk goes down at most the workspace's path depth limit.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ import os
 import re
 import subprocess
 import sys
+import threading
 import time
 from typing import TYPE_CHECKING, Any, TypeAlias
 
@@ -127,6 +134,7 @@ class _SearchState:
     files: int = 0
     skipped: int = 0
     problems: list[str] = attrs.Factory(list)
+    too_deep: int = 0  # directories at the path depth limit, not entered
     invalid: str | None = None  # the matcher could not build the pattern: why
     failed: int | None = None  # the matcher's exit status, if it failed
 
@@ -162,10 +170,11 @@ class SearchFilesTool:
         header = {"pattern": pattern, "flags": int(flags), "max": limit, "width": self.line_width}
         start = await trio.to_thread.run_sync(self._start, path)
         try:
-            files = self._files(path, start, arguments.get("glob"), state := _SearchState())
+            stop = threading.Event()  # set when the search ends: a walk hop then ends too
+            files = self._files(path, start, arguments.get("glob"), state := _SearchState(), stop)
             try:
                 with trio.move_on_after(self.time_limit) as bound:
-                    await self._match(files, header, state)
+                    await self._match(files, header, state, stop)
             finally:
                 files.close()
         finally:
@@ -174,7 +183,11 @@ class SearchFilesTool:
         return self._report(path, pattern, limit, state, bound.cancelled_caught)
 
     async def _match(
-        self, files: Iterator[_Item], header: dict[str, Any], state: _SearchState
+        self,
+        files: Iterator[_Item],
+        header: dict[str, Any],
+        state: _SearchState,
+        stop: threading.Event,
     ) -> None:
         process = await open_group_process(
             [sys.executable, "-I", "-S", "-c", _MATCHER],
@@ -186,7 +199,10 @@ class SearchFilesTool:
         try:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(_feed, process, files, header)
-                await self._collect(process, state)
+                try:
+                    await self._collect(process, state)
+                finally:  # done, timed out or cancelled: a walk hop under way ends now
+                    stop.set()
                 nursery.cancel_scope.cancel()
             if await process.wait() != 0:  # it closed its output: it is exiting
                 state.failed = process.returncode
@@ -233,7 +249,12 @@ class SearchFilesTool:
         return None
 
     def _files(
-        self, path: str, start: int | bytes | None, glob: str | None, state: _SearchState
+        self,
+        path: str,
+        start: int | bytes | None,
+        glob: str | None,
+        state: _SearchState,
+        stop: threading.Event,
     ) -> Generator[_Item, None, None]:
         if not isinstance(start, int):  # one file: capped and skipped like a directory's
             if start is None or is_binary(start):
@@ -241,7 +262,8 @@ class SearchFilesTool:
             else:
                 yield path, start
             return
-        walk = walk_tree(start, "", 1 << 30, state.problems, frozenset({".git"}))
+        depth = self.workspace.max_path_depth
+        walk = walk_tree(start, "", depth, state.problems, frozenset({".git"}), stop)
         try:
             yield from self._readable(walk, path, glob, state)
         finally:
@@ -257,7 +279,7 @@ class SearchFilesTool:
         seen = 0
         while True:
             try:
-                rel, entry, _level, parent = next(walk)
+                rel, entry, level, parent = next(walk)
             except StopIteration:
                 return
             except OSError as exc:  # the top directory could not be listed
@@ -266,6 +288,8 @@ class SearchFilesTool:
             seen += 1
             if seen % 256 == 0:
                 yield None
+            if entry.kind == "dir" and level == self.workspace.max_path_depth:
+                state.too_deep += 1
             if entry.kind != "file" or (glob and not fnmatch.fnmatchcase(entry.name, glob)):
                 continue
             if (entry.size or 0) > self.max_file_bytes:
@@ -294,6 +318,11 @@ class SearchFilesTool:
         if len(state.hits) >= limit:
             lines.append(f"[stopped at {limit} matches; narrow the pattern, path or glob]")
         lines.extend(f"[{p}]" for p in state.problems)
+        if state.too_deep:
+            lines.append(
+                f"[{state.too_deep} directories {self.workspace.max_path_depth} levels down "
+                "were not searched: no path may go deeper]"
+            )
         if timed_out:
             raise ToolError(
                 "\n".join(
@@ -360,12 +389,16 @@ def _take(
     """
     batch: list[tuple[str, bytes]] = []
     stop = time.monotonic() + seconds
-    for item in files:
-        if item is not None:
-            batch.append(item)
-            budget -= len(item[1])
-        if budget <= 0 or time.monotonic() > stop:
-            return batch, False
+    try:
+        for item in files:
+            if item is not None:
+                batch.append(item)
+                budget -= len(item[1])
+            if budget <= 0 or time.monotonic() > stop:
+                return batch, False
+    except WorkspaceError as exc:  # the search ended while this hop walked
+        if exc.kind is not WorkspaceErrorKind.CANCELLED:
+            raise
     return batch, True
 
 

@@ -2,11 +2,15 @@
 
 ``scan`` lists an open directory; ``walk_tree`` walks depth-first below
 one without recursion, each directory opened relative to its parent with
-``O_NOFOLLOW``. However deep the tree, only ``MAX_OPEN_DIRS`` descriptors
-stay open: deeper ancestors are closed and reopened by name (again with
-``O_NOFOLLOW``, from the nearest open ancestor) when the walk climbs back
-to them. A directory that changed meanwhile, or cannot be entered, is
-reported and skipped, never followed elsewhere.
+``O_NOFOLLOW``. The directories on the way down live on a ``DirStack``
+(``_dirstack``): however deep the tree, only a bounded number of
+descriptors stays open (32 for a walk 256 levels deep), and climbing back
+up costs O(1) opens, amortized: an ancestor that was closed is reopened by
+name (again with ``O_NOFOLLOW``) from the nearest open one, at most a few
+levels below it. A directory that changed meanwhile, or cannot be entered,
+is reported and skipped, never followed elsewhere. Both check a cancel
+token at every entry and fail with ``cancelled`` once it is set, so a
+listing whose caller stopped waiting ends at once.
 """
 
 from __future__ import annotations
@@ -17,10 +21,13 @@ from typing import TYPE_CHECKING
 
 import attrs
 
+from ._dirstack import DirStack
 from ._display import show
-from ._file_ops import DIR_FLAGS, MAX_OPEN_DIRS, kind_of
+from ._file_ops import DIR_FLAGS, kind_of
+from ._workspace_errors import check_cancelled
 
 if TYPE_CHECKING:
+    import threading
     from collections.abc import Generator, Iterator
 
 __all__ = ["DirEntry", "scan", "walk_tree"]
@@ -44,11 +51,15 @@ class DirEntry:
     target: str | None = None
 
 
-def scan(dir_fd: int) -> list[DirEntry]:
-    """The entries of an open directory, sorted by name; links are not followed."""
+def scan(dir_fd: int, cancel: threading.Event | None = None, path: str = ".") -> list[DirEntry]:
+    """The entries of an open directory, sorted by name; links are not followed.
+
+    ``cancel``: once set, the listing (of ``path``) fails with ``cancelled``.
+    """
     entries = []
     with os.scandir(dir_fd) as it:
         for entry in it:
+            check_cancelled(cancel, path)
             try:
                 st = entry.stat(follow_symlinks=False)
             except OSError:
@@ -66,10 +77,7 @@ def scan(dir_fd: int) -> list[DirEntry]:
 
 @attrs.define(eq=False)
 class _Frame:
-    name: str
     rel: str
-    depth: int
-    fd: int | None
     entries: Iterator[DirEntry]
 
 
@@ -79,88 +87,74 @@ def walk_tree(
     max_depth: int,
     problems: list[str],
     skip_dirs: frozenset[str] = frozenset(),
+    cancel: threading.Event | None = None,
 ) -> Generator[tuple[str, DirEntry, int, int], None, None]:
     """Depth-first, pre-order walk below an open directory, without recursion.
 
     Yields ``(relative path, entry, depth, parent fd)``; the parent fd is
-    valid until the next item. Only ``MAX_OPEN_DIRS`` descriptors stay open
-    however deep the tree: deeper ancestors are closed and reopened (each
-    component with ``O_NOFOLLOW``) when the walk climbs back to them.
-    Directories that cannot be entered are reported in ``problems``;
-    directories named in ``skip_dirs`` are listed but not entered.
-    ``top_fd`` stays owned by the caller.
+    valid until the next item. Entries are listed down to ``max_depth``
+    levels (1: the directory's own); the descriptors held stay bounded by
+    about ``2 * sqrt(max_depth)`` (see the module docstring), so callers
+    keep ``max_depth`` to the workspace's path depth limit. Directories
+    that cannot be entered are reported in ``problems``; directories named
+    in ``skip_dirs`` are listed but not entered. Once ``cancel`` is set the
+    walk fails with ``cancelled``. ``top_fd`` stays owned by the caller.
     """
-    stack = [_Frame("", top_rel, 0, top_fd, iter(scan(top_fd)))]
+    where = top_rel or "."  # what a cancelled walk's error names
+    dirs = DirStack.at(top_fd, max_depth, owns_base=False)
+    frames = [_Frame(top_rel, iter(scan(top_fd, cancel, where)))]
     try:
-        while stack:
-            frame = stack[-1]
+        while frames:
+            check_cancelled(cancel, where)
+            frame = frames[-1]
             entry = next(frame.entries, None)
             if entry is None:
-                done = stack.pop()
-                if done.fd is not None and len(stack) > 0:
-                    os.close(done.fd)
+                _leave(frames, dirs)
                 continue
-            fd = _frame_fd(stack)
-            if fd is None:
+            try:
+                fd = dirs.top()
+            except OSError:
                 problems.append(f"{show(frame.rel)} changed during the listing; skipped")
-                stack.pop()
+                _leave(frames, dirs)
                 continue
             rel = entry.name if frame.rel in ("", ".") else f"{frame.rel}/{entry.name}"
-            yield rel, entry, frame.depth + 1, fd
-            if entry.kind == "dir" and frame.depth + 1 < max_depth and entry.name not in skip_dirs:
-                _push(stack, fd, entry.name, rel, frame.depth + 1, problems)
+            depth = len(frames)
+            yield rel, entry, depth, fd
+            if entry.kind == "dir" and depth < max_depth and entry.name not in skip_dirs:
+                _enter(frames, dirs, fd, entry.name, rel, problems, cancel)
     finally:
-        for frame in stack[1:]:
-            if frame.fd is not None:
-                os.close(frame.fd)
+        dirs.close()
 
 
-def _push(
-    stack: list[_Frame], fd: int, name: str, rel: str, depth: int, problems: list[str]
+def _leave(frames: list[_Frame], dirs: DirStack) -> None:
+    """Done with the deepest directory: climb back to its parent."""
+    frames.pop()
+    if frames:  # frames[0] is the caller's directory, the stack's base
+        dirs.pop()
+
+
+def _enter(
+    frames: list[_Frame],
+    dirs: DirStack,
+    fd: int,
+    name: str,
+    rel: str,
+    problems: list[str],
+    cancel: threading.Event | None,
 ) -> None:
+    """Go down into ``name`` (in ``fd``), or report why it cannot be entered."""
     try:
         child = os.open(name, DIR_FLAGS, dir_fd=fd)
     except OSError as exc:
         problems.append(f"{show(rel)} could not be opened ({exc.strerror}); skipped")
         return
     try:
-        entries = scan(child)
-    except OSError as exc:
+        entries = scan(child, cancel, rel)
+    except BaseException as exc:
         os.close(child)
+        if not isinstance(exc, OSError):
+            raise
         problems.append(f"{show(rel)} could not be listed ({exc.strerror}); skipped")
         return
-    stack.append(_Frame(name, rel, depth, child, iter(entries)))
-    _evict(stack)
-
-
-def _evict(stack: list[_Frame]) -> None:
-    """Keep at most ``MAX_OPEN_DIRS`` descriptors open: the deepest ones."""
-    open_frames = [f for f in stack[1:] if f.fd is not None]  # stack[0]'s is the caller's
-    for frame in open_frames[: max(0, len(open_frames) - MAX_OPEN_DIRS)]:
-        assert frame.fd is not None
-        os.close(frame.fd)
-        frame.fd = None
-
-
-def _frame_fd(stack: list[_Frame]) -> int | None:
-    """The descriptor of the top frame, reopening it from an open ancestor."""
-    if stack[-1].fd is not None:
-        return stack[-1].fd
-    base = max(i for i, f in enumerate(stack) if f.fd is not None)
-    fd = stack[base].fd
-    assert fd is not None
-    top = len(stack) - 1
-    for i in range(base + 1, top + 1):
-        frame = stack[i]
-        try:
-            frame.fd = os.open(frame.name, DIR_FLAGS, dir_fd=fd)
-        except OSError:
-            return None
-        parent = stack[i - 1]
-        if i - 1 > base and top - (i - 1) >= MAX_OPEN_DIRS:  # reopened only to pass through
-            assert parent.fd is not None
-            os.close(parent.fd)
-            parent.fd = None
-        fd = frame.fd
-    _evict(stack)
-    return fd
+    dirs.push(name, child)
+    frames.append(_Frame(rel, iter(entries)))

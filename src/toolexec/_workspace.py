@@ -14,7 +14,9 @@ paths or files; it puts three others together:
 
 Refusals are ``WorkspaceError`` (``_workspace_errors``), naming the path.
 Everything that touches the file system blocks; the async methods run it
-in a worker thread, and the ``_sync`` ones are for callers already in one.
+in a worker thread that cancellation abandons and stops (``_worker``: the
+work checks a cancel token between steps), and the ``_sync`` ones are for
+callers already in a thread (they take the token as ``cancel``).
 """
 
 from __future__ import annotations
@@ -25,9 +27,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import attrs
-import trio
 
-from ._confined import ConfinedRoot
+from ._confined import MAX_PATH_BYTES, MAX_PATH_DEPTH, ConfinedRoot
 from ._file_ops import (
     DIR_FLAGS,
     OpenFile,
@@ -38,9 +39,11 @@ from ._file_ops import (
     replace_file,
 )
 from ._tree import DirEntry, scan
-from ._workspace_errors import WorkspaceError, WorkspaceErrorKind, os_error
+from ._worker import run_abandonable
+from ._workspace_errors import WorkspaceError, WorkspaceErrorKind, check_cancelled, os_error
 
 if TYPE_CHECKING:
+    import threading
     from collections.abc import Callable
 
 __all__ = ["DirEntry", "Workspace", "WorkspaceError"]
@@ -60,7 +63,10 @@ class Workspace:
     link swapped in mid-operation cannot redirect it). Writes replace files
     atomically through a temporary file and never write through hard links.
     FIFOs, sockets and devices are refused, and so are reads over
-    ``max_read_bytes``. Errors are ``WorkspaceError`` naming the path.
+    ``max_read_bytes`` and paths over the limits. Errors are
+    ``WorkspaceError`` naming the path. Resolving a path takes time linear
+    in its length and a bounded number of descriptors; a cancelled
+    operation stops between steps and frees its worker thread.
 
     Example::
 
@@ -73,73 +79,102 @@ class Workspace:
             resolved once, here; absolute paths may name the root either as
             given or as resolved.
         max_read_bytes: files larger than this are refused by reads.
+        max_path_depth: the most components a path may have below the root
+            (256); a walk through links never goes deeper either.
+        max_path_bytes: the longest a path may be, in bytes (4096, like
+            ``PATH_MAX``).
     """
 
     root: Path = attrs.field(converter=_absolute)
     max_read_bytes: int = 16 * 1024 * 1024
+    max_path_depth: int = attrs.field(default=MAX_PATH_DEPTH, validator=attrs.validators.ge(1))
+    max_path_bytes: int = attrs.field(default=MAX_PATH_BYTES, validator=attrs.validators.ge(1))
     _confined: ConfinedRoot = attrs.field(init=False, repr=False)
 
     def __attrs_post_init__(self) -> None:
         if not self.root.is_dir():
             raise ValueError(f"workspace root {str(self.root)!r} is not a directory")
-        self._confined = ConfinedRoot.of(self.root)
+        self._confined = ConfinedRoot.of(self.root, self.max_path_depth, self.max_path_bytes)
 
     # -- public, async ----------------------------------------------------
 
     async def resolve(self, path: str) -> str:
         """Return ``path`` as a canonical workspace-relative path (links inside expanded)."""
-        return await trio.to_thread.run_sync(self.resolve_sync, path)
+        return await run_abandonable(lambda cancel: self.resolve_sync(path, cancel=cancel))
 
     async def read_bytes(self, path: str, *, max_bytes: int | None = None) -> bytes:
         """Read a regular file; refuse special files and files over the cap."""
-        return await trio.to_thread.run_sync(self.read_bytes_sync, path, max_bytes)
+        return await run_abandonable(
+            lambda cancel: self.read_bytes_sync(path, max_bytes, cancel=cancel)
+        )
 
     async def write_bytes(self, path: str, data: bytes, *, create_parents: bool = True) -> bool:
-        """Replace (or create) a file atomically; return whether it was created."""
-        return await trio.to_thread.run_sync(self.write_bytes_sync, path, data, create_parents)
+        """Replace (or create) a file atomically; return whether it was created.
+
+        If the call is cancelled, the write stops while the path is being
+        resolved; once the file is being replaced, it completes (atomically)
+        in the background.
+        """
+        return await run_abandonable(
+            lambda cancel: self.write_bytes_sync(path, data, create_parents, cancel=cancel)
+        )
 
     async def edit_bytes(self, path: str, edit: Callable[[bytes], bytes]) -> None:
         """Replace a file's content with ``edit(content)``; see ``edit_bytes_sync``."""
-        await trio.to_thread.run_sync(self.edit_bytes_sync, path, edit)
+        await run_abandonable(lambda cancel: self.edit_bytes_sync(path, edit, cancel=cancel))
 
     async def list_dir(self, path: str = ".") -> list[DirEntry]:
         """List a directory's entries, sorted by name, without following links."""
-        return await trio.to_thread.run_sync(self.list_dir_sync, path)
+        return await run_abandonable(lambda cancel: self.list_dir_sync(path, cancel=cancel))
 
     # -- blocking versions (call from a worker thread) ----------------------
+    #
+    # ``cancel``: a token the caller sets when it stops waiting; the work then
+    # fails with ``cancelled`` at its next step (a path component, a chunk
+    # read, a directory entry).
 
-    def resolve_sync(self, path: str) -> str:
+    def resolve_sync(self, path: str, *, cancel: threading.Event | None = None) -> str:
         """Blocking ``resolve``: run it in a worker thread."""
-        where = self._confined.locate(path)
+        where = self._confined.locate(path, cancel=cancel)
         os.close(where.dir_fd)
         return where.relative
 
-    def read_bytes_sync(self, path: str, max_bytes: int | None = None) -> bytes:
+    def read_bytes_sync(
+        self, path: str, max_bytes: int | None = None, *, cancel: threading.Event | None = None
+    ) -> bytes:
         """Blocking ``read_bytes``: run it in a worker thread."""
         cap = self.max_read_bytes if max_bytes is None else min(max_bytes, self.max_read_bytes)
-        with self._open_regular(path) as (fd, _size):
-            return read_capped(fd, cap, path)
+        with self._open_regular(path, cancel) as (fd, _size):
+            return read_capped(fd, cap, path, cancel)
 
-    def edit_bytes_sync(self, path: str, edit: Callable[[bytes], bytes]) -> None:
+    def edit_bytes_sync(
+        self,
+        path: str,
+        edit: Callable[[bytes], bytes],
+        *,
+        cancel: threading.Event | None = None,
+    ) -> None:
         """Replace a file's content with ``edit(content)``, resolving the path once.
 
         The read and the replacing write go through the same directory
         descriptor, so a link changed in between cannot make one file's
         edited content land on another. If the file itself changed meanwhile
-        (another writer), nothing is written and the error says so.
-        Exceptions from ``edit`` propagate. Blocking: run it in a worker thread.
+        (another writer), nothing is written and the error says so; nor is
+        anything written once ``cancel`` is set. Exceptions from ``edit``
+        propagate. Blocking: run it in a worker thread.
         """
-        where = self._confined.locate(path)
+        where = self._confined.locate(path, cancel=cancel)
         try:
             if where.name is None:
                 raise is_a_directory(path, "give a file path.")
             fd, _size = open_regular_at(where.dir_fd, where.name, path)
             try:
                 before = os.fstat(fd)
-                data = read_capped(fd, self.max_read_bytes, path)
+                data = read_capped(fd, self.max_read_bytes, path, cancel)
             finally:
                 os.close(fd)
             updated = edit(data)
+            check_cancelled(cancel, path)
             try:
                 now = os.stat(where.name, dir_fd=where.dir_fd, follow_symlinks=False)
             except OSError as exc:
@@ -154,29 +189,39 @@ class Workspace:
         finally:
             os.close(where.dir_fd)
 
-    def write_bytes_sync(self, path: str, data: bytes, create_parents: bool = True) -> bool:
+    def write_bytes_sync(
+        self,
+        path: str,
+        data: bytes,
+        create_parents: bool = True,
+        *,
+        cancel: threading.Event | None = None,
+    ) -> bool:
         """Blocking ``write_bytes``: run it in a worker thread."""
-        where = self._confined.locate(path, create_dirs=create_parents)
+        where = self._confined.locate(path, create_dirs=create_parents, cancel=cancel)
         try:
             if where.name is None:
                 raise is_a_directory(path, "give a file path.")
+            check_cancelled(cancel, path)
             return replace_file(where.dir_fd, where.name, data, path)
         finally:
             os.close(where.dir_fd)
 
-    def list_dir_sync(self, path: str = ".") -> list[DirEntry]:
+    def list_dir_sync(
+        self, path: str = ".", *, cancel: threading.Event | None = None
+    ) -> list[DirEntry]:
         """Blocking ``list_dir``: run it in a worker thread."""
-        fd = self.open_dir(path)
+        fd = self.open_dir(path, cancel=cancel)
         try:
-            return scan(fd)
+            return scan(fd, cancel)
         finally:
             os.close(fd)
 
     # -- building blocks for the tools ---------------------------------------
 
-    def open_dir(self, path: str) -> int:
+    def open_dir(self, path: str, *, cancel: threading.Event | None = None) -> int:
         """Open a directory of the workspace; return its descriptor (caller closes)."""
-        where = self._confined.locate(path)
+        where = self._confined.locate(path, cancel=cancel)
         if where.name is None:
             return where.dir_fd
         try:
@@ -191,8 +236,8 @@ class Workspace:
             if where.name is not None:
                 os.close(where.dir_fd)
 
-    def _open_regular(self, path: str) -> OpenFile:
-        where = self._confined.locate(path)
+    def _open_regular(self, path: str, cancel: threading.Event | None) -> OpenFile:
+        where = self._confined.locate(path, cancel=cancel)
         try:
             if where.name is None:
                 raise is_a_directory(path, "use list_dir to see its entries.")

@@ -5,19 +5,25 @@ the model can act on; ``kind`` says the same as a value, so code branches
 on it instead of on the words, and the error class a call gets follows from
 it: ``permission_denied`` for anything that would leave the workspace,
 touch a special file or that the system forbids, ``invalid_arguments`` for
-names that cannot be file names, ``execution_error`` otherwise.
+names that cannot be file names (or paths over the limits), ``cancelled``
+for an operation whose caller stopped waiting, ``execution_error``
+otherwise.
 """
 
 from __future__ import annotations
 
 import enum
 import errno
+from typing import TYPE_CHECKING
 
 from ._display import show
 from ._errors import ToolError
 from ._types import ErrorClass
 
-__all__ = ["WorkspaceError", "WorkspaceErrorKind", "os_error"]
+if TYPE_CHECKING:
+    import threading
+
+__all__ = ["WorkspaceError", "WorkspaceErrorKind", "check_cancelled", "os_error"]
 
 
 class WorkspaceErrorKind(enum.Enum):
@@ -38,7 +44,8 @@ class WorkspaceErrorKind(enum.Enum):
     OUTSIDE = "outside"
     #: The operating system denies access (or writing).
     PERMISSION = "permission"
-    #: Not something a file name can be (NUL, unencodable, too long a name).
+    #: Not something a file name can be (NUL, unencodable, too long a name), or a
+    #: path over the limits (too many components, too many bytes, too deep).
     INVALID_PATH = "invalid_path"
     #: It changed during the operation (a link swapped in, a write meanwhile).
     CHANGED = "changed"
@@ -46,6 +53,8 @@ class WorkspaceErrorKind(enum.Enum):
     TOO_MANY_LINKS = "too_many_links"
     #: Another failure of the operating system.
     OS_ERROR = "os_error"
+    #: Stopped part-way: the caller cancelled the operation (or stopped waiting for it).
+    CANCELLED = "cancelled"
 
     @property
     def error_class(self) -> ErrorClass:
@@ -58,6 +67,7 @@ _ERROR_CLASSES = {
     WorkspaceErrorKind.SPECIAL_FILE: ErrorClass.PERMISSION_DENIED,
     WorkspaceErrorKind.PERMISSION: ErrorClass.PERMISSION_DENIED,
     WorkspaceErrorKind.INVALID_PATH: ErrorClass.INVALID_ARGUMENTS,
+    WorkspaceErrorKind.CANCELLED: ErrorClass.CANCELLED,
 }
 
 
@@ -68,7 +78,9 @@ class WorkspaceError(ToolError):
     made so) and ``reason`` says why. ``error_class`` is
     ``permission_denied`` for anything that would leave the workspace or
     touch a special file, ``invalid_arguments`` for names that cannot be
-    file names, and ``execution_error`` otherwise (a missing file, ...).
+    file names and paths over the limits, ``cancelled`` for an operation
+    its caller stopped, and ``execution_error`` otherwise (a missing file,
+    ...).
     """
 
     def __init__(
@@ -120,3 +132,17 @@ def os_error(path: str, exc: OSError) -> WorkspaceError:
         (WorkspaceErrorKind.OS_ERROR, f"could not be accessed: {exc.strerror or exc}."),
     )
     return WorkspaceError(path, reason, kind=kind)
+
+
+def check_cancelled(cancel: threading.Event | None, path: str) -> None:
+    """Fail the operation on ``path`` (``cancelled``) once its cancel token is set.
+
+    Blocking work calls this between its steps; the token is set when the
+    caller stops waiting (``_worker.run_abandonable``).
+    """
+    if cancel is not None and cancel.is_set():
+        raise WorkspaceError(
+            path,
+            "was not finished: the operation was cancelled.",
+            kind=WorkspaceErrorKind.CANCELLED,
+        )
