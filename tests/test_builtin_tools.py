@@ -318,7 +318,7 @@ async def test_every_number_a_built_in_takes_is_bounded_and_extremes_are_refused
 ) -> None:
     (root / "a.txt").write_text("x\n")
     registry = ToolRegistry()
-    numbers = _numbers(register_builtin_tools(registry, Workspace(root)))
+    numbers = _numbers(register_builtin_tools(registry, Workspace(root), shell=True))
     executor = ToolExecutor(registry)
     bounds = {
         key: (schema.get("minimum", schema.get("exclusiveMinimum")), schema.get("maximum"))
