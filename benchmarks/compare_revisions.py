@@ -50,17 +50,25 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--base", required=True, help="the revision to compare with")
     parser.add_argument("--rounds", type=int, default=5, help="runs per side (default 5)")
+    parser.add_argument(
+        "--this", default=None, help="a revision to measure instead of the working tree"
+    )
     args = parser.parse_args()
     sides: dict[str, list[dict[int, tuple[float, float, float]]]] = {"base": [], "this": []}
     with tempfile.TemporaryDirectory() as tmp:
-        srcs = {"base": export(args.base, Path(tmp)), "this": ROOT / "src"}
+        base_dir, this_dir = Path(tmp) / "base", Path(tmp) / "this"
+        base_dir.mkdir()
+        this_dir.mkdir()
+        this_src = ROOT / "src" if args.this is None else export(args.this, this_dir)
+        srcs = {"base": export(args.base, base_dir), "this": this_src}
         for i in range(args.rounds):
             order = ("base", "this") if i % 2 == 0 else ("this", "base")
             for side in order:
                 sides[side].append(measure(srcs[side]))
                 print(f"round {i + 1}/{args.rounds}: {side} done", file=sys.stderr)
     load = os.getloadavg()
-    print(f"base = {args.base}, this = working tree; {args.rounds} alternating runs per side")
+    this = args.this or "working tree"
+    print(f"base = {args.base}, this = {this}; {args.rounds} alternating runs per side")
     print(f"load average after the runs: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
     for side in ("base", "this"):
         print(f"\n{side}:")
