@@ -57,6 +57,7 @@ LAYERS: dict[str, str] = {
         [
             "_function",
             "_process",
+            "_supervisor",
             "_workspace",
             "_workspace_errors",
             "_confined",

@@ -22,6 +22,7 @@ from toolexec._process import (
     supervise,
     terminate_group,
 )
+from toolexec._supervisor import proc_stat, signal_process
 
 
 def _state(pid: int) -> str | None:
@@ -72,6 +73,20 @@ def _real_signals(sent: list[tuple[int, int]]) -> list[int]:
     return [sig for _pgid, sig in sent if sig != 0]
 
 
+@pytest.fixture
+def one_by_one(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int]]:
+    """Every signal the process module sends to one process (through a pidfd), as (pid, sig)."""
+    sent: list[tuple[int, int]] = []
+    real = toolexec._process.signal_process
+
+    def signal_process(pid: int, start: int, sig: int) -> bool:
+        sent.append((pid, int(sig)))
+        return real(pid, start, sig)
+
+    monkeypatch.setattr(toolexec._process, "signal_process", signal_process)
+    return sent
+
+
 # -- termination -----------------------------------------------------------------------
 
 
@@ -105,8 +120,8 @@ async def test_grandchildren_are_gone_and_the_leader_is_no_zombie() -> None:
         await process.stdout.receive_some(1)
 
 
-async def test_what_the_leader_leaves_behind_is_terminated(
-    signals: list[tuple[int, int]],
+async def test_what_the_leader_leaves_behind_is_terminated_one_process_at_a_time(
+    signals: list[tuple[int, int]], one_by_one: list[tuple[int, int]]
 ) -> None:
     process = await _start("sleep 1000 & echo $!")
     (orphan,) = await _read_pids(process, 1)
@@ -115,9 +130,65 @@ async def test_what_the_leader_leaves_behind_is_terminated(
     assert group_alive(process)
     with trio.fail_after(30):
         await reap(process, grace=5.0)
-    assert signal.SIGTERM in _real_signals(signals)  # the group was known alive
+    # Once the leader is reaped, its group id could name another group: the
+    # group is only probed, and what is left is signalled through pidfds.
+    assert _real_signals(signals) == []
+    assert (orphan, signal.SIGTERM) in one_by_one
     assert not _runs(orphan)
     assert group_members(process.pid) == []
+
+
+async def test_a_group_is_signalled_whole_while_its_leader_is_not_reaped(
+    signals: list[tuple[int, int]], one_by_one: list[tuple[int, int]]
+) -> None:
+    process = await _start("sleep 1000 & echo $!; exec sleep 1000")
+    (child,) = await _read_pids(process, 1)
+    with trio.fail_after(30):
+        await terminate_group(process, grace=5.0)
+    assert _real_signals(signals)[:2] == [signal.SIGTERM, signal.SIGCONT]
+    assert {pgid for pgid, _ in signals} == {process.pid}
+    assert one_by_one == []
+    assert not _runs(child)
+    await reap(process, 0)
+
+
+def test_a_listed_process_whose_pid_now_names_another_is_not_signalled() -> None:
+    # What a reused pid looks like: the number is there, with another start time.
+    victim = subprocess.Popen(["sleep", "1000"])
+    try:
+        stat = proc_stat(victim.pid)
+        assert stat is not None
+        assert not signal_process(victim.pid, stat[3] - 1, signal.SIGKILL)
+        assert victim.poll() is None
+        assert signal_process(victim.pid, stat[3], signal.SIGKILL)
+        assert victim.wait(timeout=30) == -signal.SIGKILL
+        assert not signal_process(victim.pid, stat[3], signal.SIGKILL)  # reaped: gone
+    finally:
+        victim.kill()
+        victim.wait()
+
+
+def test_signals_go_through_a_pidfd(monkeypatch: pytest.MonkeyPatch) -> None:
+    opened: list[int] = []
+    real_open = os.pidfd_open
+
+    def pidfd_open(pid: int, flags: int = 0) -> int:
+        opened.append(pid)
+        return real_open(pid, flags)
+
+    monkeypatch.setattr(os, "pidfd_open", pidfd_open)
+    monkeypatch.setattr(os, "kill", None)  # a plain kill would fail loudly
+    victim = subprocess.Popen(["sleep", "1000"])
+    try:
+        stat = proc_stat(victim.pid)
+        assert stat is not None
+        assert signal_process(victim.pid, stat[3], signal.SIGTERM)
+        assert opened == [victim.pid]
+        assert victim.wait(timeout=30) == -signal.SIGTERM
+    finally:
+        monkeypatch.undo()
+        victim.kill()
+        victim.wait()
 
 
 async def test_a_reaped_group_is_never_signalled(signals: list[tuple[int, int]]) -> None:
