@@ -127,6 +127,20 @@ def group_members(pgid: int) -> list[int]:
     return members
 
 
+#: A bash script leaving five background jobs, each out of reach of a
+#: process-group kill in its own way (a session, a group of its own, or an
+#: orphan init would adopt); it writes its own pid and theirs to ``pids``.
+ESCAPES = """
+echo $$ > pids
+setsid sleep 1000 & echo $! >> pids
+nohup sleep 1000 > /dev/null 2>&1 & echo $! >> pids
+sleep 1000 & echo $! >> pids; disown $!
+( (sleep 1000 & echo $! >> pids) & )
+set -m; sleep 1000 & echo $! >> pids; set +m
+while [ "$(wc -l < pids)" -lt 6 ]; do :; done
+"""
+
+
 def open_fds() -> set[int]:
     """The descriptors this process has open.
 

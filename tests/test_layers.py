@@ -58,6 +58,7 @@ LAYERS: dict[str, str] = {
             "_function",
             "_process",
             "_supervisor",
+            "_reaper",
             "_workspace",
             "_workspace_errors",
             "_confined",

@@ -3,15 +3,20 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
+import sys
+import time
+from functools import partial
+from pathlib import Path
 
 import pytest
 import trio
 import trio.testing
 
 import toolexec._process
-from conftest import group_members
+from conftest import ESCAPES, group_members
 from toolexec._process import (
     LineTail,
     OutputCapture,
@@ -21,6 +26,14 @@ from toolexec._process import (
     reap,
     supervise,
     terminate_group,
+)
+from toolexec._reaper import (
+    _REAPER,
+    Attempt,
+    ReapedProcess,
+    encode_env,
+    open_reaped,
+    supervise_reaped,
 )
 from toolexec._supervisor import proc_stat, signal_process
 
@@ -300,3 +313,166 @@ def test_line_tail_keeps_the_last_lines_each_cut_short() -> None:
     assert tail.close() == ["last"]
     assert list(tail.lines) == ["four \ufffd", "last"]
     assert tail.close() == []
+
+
+# -- the reaper: every descendant, whatever group or session it made -----------------------
+
+def _attempt(script: str) -> Attempt:
+    bash = shutil.which("bash") or "/bin/bash"
+    return Attempt.of(bash, [bash, "-c", script], encode_env({"PATH": os.environ["PATH"]}))
+
+
+async def _run_reaped(
+    script: str, cwd: Path, *, limit: float = 60.0, grace: float = 5.0
+) -> tuple[ReapedProcess, bool]:
+    """Run ``script`` under the reaper as the shell tool does; return it, and if it timed out."""
+    collector = PipeCollector(OutputCapture(1 << 16), OutputCapture(1 << 16))
+    try:
+        stdout, stderr = collector.write_ends
+        process = await open_reaped([_attempt(script)], str(cwd), stdout, stderr, grace)
+        assert process is not None, "the reaper is not available here"
+        collector.close_write_ends()
+        try:
+            timed_out = await supervise_reaped(process, collector, limit, grace)
+        finally:
+            await process.aclose(grace)
+    finally:
+        collector.close()
+    return process, timed_out
+
+
+def _pids(cwd: Path) -> list[int]:
+    return [int(p) for p in (cwd / "pids").read_text().split()]
+
+
+def _wait_until_gone(pids: list[int], limit: float = 30.0) -> None:
+    """Poll until none of ``pids`` runs (another process may end them a little later)."""
+    deadline = time.monotonic() + limit
+    while any(_runs(pid) for pid in pids):
+        assert time.monotonic() < deadline, [p for p in pids if _runs(p)]
+        time.sleep(0.01)
+
+
+async def test_the_reaper_ends_every_background_job_when_the_command_exits(
+    tmp_path: Path,
+) -> None:
+    process, timed_out = await _run_reaped(ESCAPES, tmp_path)
+    assert not timed_out
+    assert process.returncode == 0
+    assert process.descendants_killed == 5
+    assert process.descendants_left == 0
+    shell, *jobs = _pids(tmp_path)
+    assert len(jobs) == 5
+    assert not any(_runs(pid) for pid in [shell, *jobs])
+
+
+async def test_the_reaper_ends_every_descendant_on_timeout(tmp_path: Path) -> None:
+    process, timed_out = await _run_reaped(ESCAPES + "sleep 1000\n", tmp_path, limit=1.0)
+    assert timed_out
+    assert process.returncode == -signal.SIGTERM  # exact: a signal stays a signal
+    assert process.descendants_killed == 5  # bash exec'd the last sleep: it is the command
+    assert not any(_runs(pid) for pid in _pids(tmp_path))
+
+
+async def test_the_reaper_ends_every_descendant_on_cancellation(tmp_path: Path) -> None:
+    os.mkfifo(tmp_path / "ready")
+    script = ESCAPES + "echo go > ready; sleep 1000\n"
+    with trio.CancelScope() as scope:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(partial(_run_reaped, script, tmp_path, grace=1.0))
+            await trio.to_thread.run_sync((tmp_path / "ready").read_text)
+            shell, *jobs = _pids(tmp_path)
+            stats = [proc_stat(pid) for pid in jobs]
+            # Two left the command's group (setsid, set -m): a group kill would miss
+            # them; the other three are orphans that init would adopt.
+            assert sum(s is not None and s[2] != shell for s in stats) == 2
+            scope.cancel()
+    assert scope.cancelled_caught
+    assert not any(_runs(pid) for pid in [shell, *jobs])
+
+
+async def test_a_descendant_that_ignores_sigterm_is_killed_after_the_grace_period(
+    tmp_path: Path,
+) -> None:
+    script = (
+        "echo $$ > pids; (trap '' TERM; echo $BASHPID >> pids; exec setsid sleep 1000) & "
+        'while [ "$(wc -l < pids)" -lt 2 ]; do :; done'
+    )
+    start = time.monotonic()
+    process, _ = await _run_reaped(script, tmp_path, grace=0.3)
+    assert time.monotonic() - start >= 0.3  # it had its grace period, then SIGKILL
+    assert process.returncode == 0
+    assert process.descendants_killed == 1
+    assert not any(_runs(pid) for pid in _pids(tmp_path))
+
+
+async def test_a_clean_command_costs_one_message_and_keeps_its_worker(tmp_path: Path) -> None:
+    first, _ = await _run_reaped("exit 3", tmp_path)
+    assert (first.returncode, first.descendants_killed, first.lost) == (3, 0, False)
+    idle = set(_REAPER.idle)
+    assert idle  # handed back for the next call
+    second, _ = await _run_reaped("true", tmp_path)
+    assert second.returncode == 0
+    assert set(_REAPER.idle) == idle  # the same worker served it
+
+
+async def test_a_command_cannot_end_its_worker_with_an_ordinary_signal(tmp_path: Path) -> None:
+    script = "for s in TERM INT HUP QUIT USR1 PIPE; do kill -s $s $PPID; done; kill 0; echo $$"
+    process, _ = await _run_reaped(script, tmp_path)
+    assert not process.lost
+    assert process.returncode == -signal.SIGTERM  # "kill 0" reached its own group only
+
+
+async def test_the_orphans_of_a_killed_worker_are_killed_by_the_supervisor(
+    tmp_path: Path,
+) -> None:
+    script = "setsid sleep 1000 & echo $$ $! > pids; sleep 1000 & echo $! >> pids; kill -9 $PPID"
+    process, _ = await _run_reaped(script, tmp_path)
+    assert process.lost  # its worker was killed: no exit status
+    await trio.to_thread.run_sync(_wait_until_gone, _pids(tmp_path))
+    again, _ = await _run_reaped("true", tmp_path)
+    assert again.returncode == 0
+
+
+async def test_a_killed_supervisor_is_started_again(tmp_path: Path) -> None:
+    await _run_reaped("true", tmp_path)
+    old = _REAPER.pid
+    assert old is not None
+    with _REAPER.lock:
+        for worker in _REAPER.idle:
+            worker.close()  # the next call needs a new worker, from the supervisor
+        _REAPER.idle.clear()
+    os.kill(old, signal.SIGKILL)
+    await trio.to_thread.run_sync(_wait_until_gone, [old])
+    process, _ = await _run_reaped(ESCAPES, tmp_path)
+    assert process.returncode == 0
+    assert process.descendants_killed == 5
+    assert _REAPER.pid not in (None, old)
+
+
+def test_when_toolexec_dies_the_supervisor_ends_everything_below_it(tmp_path: Path) -> None:
+    program = f"""
+import sys, trio
+from toolexec._reaper import _REAPER
+sys.path.insert(0, {str(Path(__file__).parent)!r})
+from test_process import _run_reaped
+async def main():
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(_run_reaped, "setsid sleep 1000 & echo $PPID $$ $! > pids; sleep 1000",
+                           trio.Path({str(tmp_path)!r}))
+        pids = trio.Path({str(tmp_path / "pids")!r})
+        while not (await pids.exists() and (await pids.read_text()).endswith("\\n")):
+            await trio.sleep(0.01)
+        print(_REAPER.pid, flush=True)
+        await trio.sleep_forever()
+trio.run(main)
+"""
+    with subprocess.Popen([sys.executable, "-c", program], stdout=subprocess.PIPE) as child:
+        try:
+            assert child.stdout is not None
+            supervisor = int(child.stdout.readline())
+            worker, shell, job = _pids(tmp_path)
+            assert all(_runs(pid) for pid in (supervisor, worker, shell, job))
+        finally:
+            child.kill()
+    _wait_until_gone([supervisor, worker, shell, job])

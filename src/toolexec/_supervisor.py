@@ -54,11 +54,12 @@ import sys
 import time
 from typing import Any
 
-__all__ = ["ProcStat", "main", "proc_stat", "processes", "signal_process", "subtree"]
+__all__ = ["MAX_REQUEST", "ProcStat", "main", "proc_stat", "processes", "signal_process", "subtree"]
 
 _PR_SET_NAME = 15
 _PR_SET_CHILD_SUBREAPER = 36
-_MAX_REQUEST = 1 << 18
+#: The largest request a worker takes (a command line is at most 128 KiB).
+MAX_REQUEST = 1 << 20
 #: How often a wait re-reads /proc when no child has changed state.
 _POLL = 0.05
 #: How long SIGKILL is repeated before the stragglers are reported.
@@ -234,7 +235,7 @@ class _Worker:
         while not self.orphaned:
             try:
                 data, fds, _, _ = socket.recv_fds(
-                    self.sock, _MAX_REQUEST, 2, socket.MSG_CMSG_CLOEXEC
+                    self.sock, MAX_REQUEST, 2, socket.MSG_CMSG_CLOEXEC
                 )
             except OSError:
                 data, fds = b"", []
@@ -257,6 +258,9 @@ class _Worker:
         except OSError as exc:
             error = (exc.errno, exc.strerror, os.fsencode(exc.filename or b""))
             self.send(("done", None, 0, 0, len(attempts), error))
+            return
+        except ValueError as exc:  # an argument toolexec should have refused
+            self.send(("done", None, 0, 0, len(attempts), (22, str(exc), b"")))
             return
         finally:
             for fd in fds:
@@ -429,10 +433,8 @@ class _Supervisor:
         table = processes()
         me = os.getpid()
         strays = {pid for pid, stat in table.items() if stat[1] == me} - self.workers
-        targets = subtree(strays, table)
-        for pid, start in targets.items():
-            signal_process(pid, start, signal.SIGKILL)
-        self.sweep_due = bool(targets)
+        sent = [signal_process(pid, s, signal.SIGKILL) for pid, s in subtree(strays, table).items()]
+        self.sweep_due = any(sent)  # look again soon: one of them may have forked meanwhile
 
 
 def main(argv: list[str]) -> int:
