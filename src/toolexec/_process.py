@@ -19,16 +19,16 @@ Theory of operation.
   not reaped, the kernel keeps its pid, and so the group's id, from being
   reused (an exited leader stays a zombie until ``poll`` or ``wait``
   reaps it, and nothing else reaps it): only then is the group signalled
-  whole (``killpg``). Once the leader is
-  reaped, the id is held only while members are left, so the group is
-  not signalled as a group any more: its members are listed from
-  ``/proc`` and each is signalled through a pidfd, after checking it is
-  still the process listed (its start time; ``_supervisor.signal_process``).
-  What remains is a probe: ``killpg(pgid, 0)``, right after the leader is
-  reaped, asks whether anything is left; it sends nothing, and it could
-  only be misled if the group emptied and the kernel handed the same
-  number to a new group within those microseconds (pids are handed out in
-  turn, so the counter would have to wrap around first).
+  whole (``killpg``). Once the leader is reaped, the id is held only while
+  members are left, so the group is not signalled as a group any more: its
+  members are listed from ``/proc`` and each is signalled through a pidfd,
+  after checking it is still the process listed (its start time;
+  ``_supervisor.signal_process``). One window remains: right after the
+  leader is reaped, ``killpg(pgid, 0)`` (which sends nothing) asks whether
+  anything is left and the members are listed by group id; were the group
+  to empty and its number be handed to a new group in those microseconds,
+  that group's members would be listed. Pids are handed out in turn, so
+  the kernel's counter would have to wrap around in between.
 * *Termination*: ``terminate_group`` sends SIGTERM (and SIGCONT, so a
   stopped process acts on it) to the group, waits up to a grace period for
   the group to empty, then sends SIGKILL, even when it is cancelled
