@@ -79,7 +79,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 import trio
 
-from ._supervisor import MAX_REQUEST
+from ._supervisor import KILL_LIMIT, MAX_REQUEST
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -95,8 +95,9 @@ _PROGRAM = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_supervisor
 _MAX_IDLE = 4
 #: How long the supervisor gets to start and say it is ready.
 _START_SECONDS = 30.0
-#: Beyond the grace period: how long a worker gets to report after "term".
-_REPORT_MARGIN = 5.0
+#: Beyond the grace period: how long a worker gets to report after "term"
+#: (it repeats SIGKILL for up to ``KILL_LIMIT`` seconds).
+_REPORT_MARGIN = KILL_LIMIT + 5.0
 #: How long the pipes are drained once the worker has reported.
 _DRAIN_SECONDS = 2.0
 _TERM = marshal.dumps(("term",))
@@ -144,45 +145,32 @@ def encode_env(env: Mapping[str, str]) -> dict[bytes, bytes]:
 class _Reaper:
     """The supervisor process of this toolexec process, and the idle workers."""
 
+    #: Held briefly, around the state below; never while waiting.
     lock: threading.Lock = attrs.Factory(threading.Lock)
+    #: Held (in a thread) while the supervisor starts.
+    starting: threading.Lock = attrs.Factory(threading.Lock)
     pid: int | None = None
     control: socket.socket | None = None
     idle: list[socket.socket] = attrs.Factory(list)
     unsupported: str | None = None
 
     def start(self) -> bool:
-        """Start the supervisor unless it runs; block until it is ready. Returns whether it is."""
-        with self.lock:
-            if self.control is None and self.unsupported is None:
-                self._start()
-            return self.control is not None
+        """Start the supervisor unless it runs; block until it is ready. Returns whether it is.
 
-    def _start(self) -> None:
-        if self.pid is not None:
-            _reap_quietly(self.pid)
-            self.pid = None
-        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        try:
-            self.pid = _spawn_supervisor(theirs.fileno())
-            ours.settimeout(_START_SECONDS)
-            answer = ours.recv(1024)
-        except OSError as exc:
-            answer = f"could not start the supervisor: {exc}".encode()
-        finally:
-            theirs.close()
-        if answer == b"ready":
-            ours.setblocking(False)
-            self.control = ours
-            return
-        ours.close()
-        if self.pid is not None:  # still our child, not reaped: its pid is its own
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(self.pid, signal.SIGKILL)
-            with contextlib.suppress(ChildProcessError):
-                os.waitpid(self.pid, 0)
-            self.pid = None
-        self.unsupported = answer.decode(errors="replace") or "the supervisor did not start"
-        _log.warning("shell commands are contained by process group only: %s", self.unsupported)
+        Blocks for the start of a Python interpreter: call it in a thread.
+        """
+        with self.starting:
+            if self.control is None and self.unsupported is None:
+                old, self.pid = self.pid, None
+                if old is not None:  # it died: reap it
+                    _reap_quietly(old)
+                pid, control, failure = _start_supervisor()
+                with self.lock:
+                    self.pid, self.control = pid, control
+                    self.unsupported = failure
+                if failure is not None:
+                    _log.warning("shell commands are contained by process group only: %s", failure)
+            return self.control is not None
 
     def take(self) -> socket.socket | None:
         """An idle worker, or a new one; ``None`` if the supervisor does not run."""
@@ -222,8 +210,32 @@ class _Reaper:
         for sock in (self.control, *self.idle):
             if sock is not None:
                 sock.close()
-        self.lock = threading.Lock()
+        self.lock, self.starting = threading.Lock(), threading.Lock()
         self.pid, self.control, self.idle = None, None, []
+
+
+def _start_supervisor() -> tuple[int | None, socket.socket | None, str | None]:
+    """Start a supervisor and wait until it is ready: its pid and socket, or why not."""
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    pid = None
+    try:
+        pid = _spawn_supervisor(theirs.fileno())
+        ours.settimeout(_START_SECONDS)
+        answer = ours.recv(1024)
+    except OSError as exc:
+        answer = f"could not start the supervisor: {exc}".encode()
+    finally:
+        theirs.close()
+    if answer == b"ready":
+        ours.setblocking(False)
+        return pid, ours, None
+    ours.close()
+    if pid is not None:  # our child, not reaped: the pid is still its own
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(pid, 0)
+    return None, None, answer.decode(errors="replace") or "the supervisor did not start"
 
 
 def _spawn_supervisor(fd: int) -> int:

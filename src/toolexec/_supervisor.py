@@ -54,7 +54,16 @@ import sys
 import time
 from typing import Any
 
-__all__ = ["MAX_REQUEST", "ProcStat", "main", "proc_stat", "processes", "signal_process", "subtree"]
+__all__ = [
+    "KILL_LIMIT",
+    "MAX_REQUEST",
+    "ProcStat",
+    "main",
+    "proc_stat",
+    "processes",
+    "signal_process",
+    "subtree",
+]
 
 _PR_SET_NAME = 15
 _PR_SET_CHILD_SUBREAPER = 36
@@ -63,7 +72,7 @@ MAX_REQUEST = 1 << 20
 #: How often a wait re-reads /proc when no child has changed state.
 _POLL = 0.05
 #: How long SIGKILL is repeated before the stragglers are reported.
-_KILL_LIMIT = 5.0
+KILL_LIMIT = 5.0
 _UNIGNORABLE = {signal.SIGKILL, signal.SIGSTOP, signal.SIGCHLD, signal.SIGCONT}
 _DEFAULT_IGNORED = {signal.SIGWINCH, signal.SIGURG}
 
@@ -265,6 +274,7 @@ class _Worker:
         finally:
             for fd in fds:
                 os.close(fd)
+            os.chdir("/")  # hold no directory between calls
         code = self.wait_exit(pid)
         if code is None:  # timeout or cancellation: the command too
             ended, left = self.end(0.0 if self.orphaned else grace)
@@ -301,7 +311,7 @@ class _Worker:
             if remaining <= 0:
                 break
             self.pause(min(remaining, _POLL))
-        deadline = time.monotonic() + _KILL_LIMIT
+        deadline = time.monotonic() + KILL_LIMIT
         while _reap(self.statuses) and time.monotonic() < deadline:
             self.signal_all((signal.SIGKILL,), ended)
             self.pause(_POLL / 5)
@@ -444,6 +454,7 @@ def main(argv: list[str]) -> int:
     os.closerange(fd + 1, os.sysconf("SC_OPEN_MAX"))
     control = socket.socket(fileno=fd)
     os.set_inheritable(fd, False)
+    os.chdir("/")  # hold no directory of toolexec's
     problem = _prctl(_PR_SET_CHILD_SUBREAPER, 1)
     if problem:
         control.send(f"unsupported: prctl(PR_SET_CHILD_SUBREAPER): {os.strerror(problem)}".encode())
