@@ -16,13 +16,15 @@ Theory of operation.
   with ``python -I -S``) is started once per toolexec process, on the
   first call, and forks one *worker* per concurrent call; workers are
   kept (up to ``_MAX_IDLE`` idle) and reused, one call at a time, so a
-  call costs no interpreter start-up and no fork of the host, only two
-  small messages and the ``posix_spawn`` of the command itself. That makes
-  a call cheaper than ``trio.run_process``, which forks from a thread.
-  The other designs cost more: a fresh interpreter per call tens of
-  milliseconds, a ``preexec_fn`` (to set the flag in a forked child) a
-  fork of the whole host per call, and neither gives the exact exit
-  status and the second line of defence below.
+  call costs no interpreter start-up and no fork of the host: one small
+  message each way and the ``posix_spawn`` of the command, which is about
+  what ``trio.open_process`` costs (it hands ``Popen`` to a thread); the
+  benchmark is in ``docs/performance.md``. The other designs cost more: a
+  fresh interpreter per call tens of milliseconds, a ``preexec_fn`` (to
+  set the flag in a forked child) a fork of the whole host per call, and
+  neither gives the exact exit status or the second line of defence
+  below. A worker learns of the command's exit through a pidfd (through
+  SIGCHLD where there are none).
 * *Attribution.* A worker serves one call at a time and is a subreaper,
   so every process below it belongs to that call. It starts the command
   in a session of its own with ``posix_spawn``; when the command exits
@@ -79,7 +81,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 import trio
 
-from ._supervisor import KILL_LIMIT, MAX_REQUEST
+from ._supervisor import KILL_LIMIT
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -372,8 +374,6 @@ async def open_reaped(
     request = marshal.dumps(
         ("run", [(a.executable, a.argv, a.env) for a in attempts], os.fsencode(cwd), grace)
     )
-    if len(request) > MAX_REQUEST:
-        raise OSError(errno.E2BIG, os.strerror(errno.E2BIG))
     for _ in range(3):  # a dead idle worker, a dead supervisor: try another
         if _REAPER.unsupported is not None:
             return None

@@ -56,7 +56,6 @@ from typing import Any
 
 __all__ = [
     "KILL_LIMIT",
-    "MAX_REQUEST",
     "ProcStat",
     "main",
     "proc_stat",
@@ -67,8 +66,6 @@ __all__ = [
 
 _PR_SET_NAME = 15
 _PR_SET_CHILD_SUBREAPER = 36
-#: The largest request a worker takes (a command line is at most 128 KiB).
-MAX_REQUEST = 1 << 20
 #: How often a wait re-reads /proc when no child has changed state.
 _POLL = 0.05
 #: How long SIGKILL is repeated before the stragglers are reported.
@@ -206,6 +203,14 @@ def _wakeup_pipe() -> tuple[int, int]:
     return read_end, write_end
 
 
+def _has_pidfds() -> bool:
+    try:
+        os.close(os.pidfd_open(os.getpid()))
+    except (AttributeError, OSError):
+        return False
+    return True
+
+
 def _drain(fd: int) -> None:
     try:
         while os.read(fd, 4096):
@@ -235,17 +240,22 @@ class _Worker:
     def __init__(self, sock: socket.socket, defaults: tuple[int, ...]) -> None:
         self.sock = sock
         self.defaults = defaults
-        self.wakeup = _wakeup_pipe()[0]
+        # The command's exit is watched through a pidfd; only without pidfds
+        # (Linux before 5.3) does SIGCHLD wake the worker, through a pipe.
+        self.wakeup: int | None = None if _has_pidfds() else _wakeup_pipe()[0]
+        if self.wakeup is None:
+            signal.set_wakeup_fd(-1)
+            signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         self.statuses: dict[int, int] = {}
         self.term = False  # toolexec asked to end the command
         self.orphaned = False  # toolexec's end is closed
 
     def serve(self) -> None:
+        probe = bytearray(1)
         while not self.orphaned:
-            try:
-                data, fds, _, _ = socket.recv_fds(
-                    self.sock, MAX_REQUEST, 2, socket.MSG_CMSG_CLOEXEC
-                )
+            try:  # the size of the next request first, then the request
+                size = self.sock.recv_into(probe, 1, socket.MSG_PEEK | socket.MSG_TRUNC)
+                data, fds, _, _ = socket.recv_fds(self.sock, size, 2, socket.MSG_CMSG_CLOEXEC)
             except OSError:
                 data, fds = b"", []
             if not data:
@@ -288,13 +298,18 @@ class _Worker:
 
     def wait_exit(self, pid: int) -> int | None:
         """The command's exit code, or ``None`` if asked to end it first."""
-        while True:
-            _reap(self.statuses)
-            if pid in self.statuses:
-                return self.statuses[pid]
-            if self.term or self.orphaned:
-                return None
-            self.pause(None)
+        watch = os.pidfd_open(pid) if self.wakeup is None else None
+        try:
+            while True:
+                _reap(self.statuses)
+                if pid in self.statuses:
+                    return self.statuses[pid]
+                if self.term or self.orphaned:
+                    return None
+                self.pause(None, watch)
+        finally:
+            if watch is not None:
+                os.close(watch)
 
     def end(self, grace: float) -> tuple[set[int], int]:
         """SIGTERM every descendant, up to ``grace`` s, SIGKILL until none is left.
@@ -306,15 +321,19 @@ class _Worker:
             return ended, 0
         self.signal_all((signal.SIGTERM, signal.SIGCONT), ended)
         deadline = time.monotonic() + grace
+        delay = 0.001
         while _reap(self.statuses) and not self.orphaned:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 break
-            self.pause(min(remaining, _POLL))
+            self.pause(min(remaining, delay))
+            delay = min(delay * 2, _POLL)
         deadline = time.monotonic() + KILL_LIMIT
+        delay = 0.001
         while _reap(self.statuses) and time.monotonic() < deadline:
             self.signal_all((signal.SIGKILL,), ended)
-            self.pause(_POLL / 5)
+            self.pause(delay)
+            delay = min(delay * 2, _POLL / 5)
         left = len(subtree({os.getpid()})) - 1 if _reap(self.statuses) else 0
         return ended, left
 
@@ -326,11 +345,13 @@ class _Worker:
                     if signal_process(pid, start, sig):
                         ended.add(pid)
 
-    def pause(self, timeout: float | None) -> None:
-        """Wait for a child to change state, a message, or ``timeout``."""
-        watched = [self.wakeup] if self.orphaned else [self.wakeup, self.sock.fileno()]
+    def pause(self, timeout: float | None, watch: int | None = None) -> None:
+        """Wait for a message, ``watch`` (a pidfd), SIGCHLD (without pidfds), or ``timeout``."""
+        watched = [fd for fd in (watch, self.wakeup) if fd is not None]
+        if not self.orphaned:
+            watched.append(self.sock.fileno())
         ready, _, _ = select.select(watched, [], [], timeout)
-        if self.wakeup in ready:
+        if self.wakeup is not None and self.wakeup in ready:
             _drain(self.wakeup)
         if self.sock.fileno() in ready:
             try:
