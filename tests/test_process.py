@@ -16,6 +16,7 @@ import trio
 import trio.testing
 
 import toolexec._process
+import toolexec._reaper
 from conftest import ESCAPES, group_members
 from toolexec._process import (
     LineTail,
@@ -31,11 +32,12 @@ from toolexec._reaper import (
     _REAPER,
     Attempt,
     ReapedProcess,
+    _Reaper,
     encode_env,
     open_reaped,
     supervise_reaped,
 )
-from toolexec._supervisor import proc_stat, signal_process
+from toolexec._supervisor import proc_stat, processes, signal_process
 
 
 def _state(pid: int) -> str | None:
@@ -317,6 +319,7 @@ def test_line_tail_keeps_the_last_lines_each_cut_short() -> None:
 
 # -- the reaper: every descendant, whatever group or session it made -----------------------
 
+
 def _attempt(script: str) -> Attempt:
     bash = shutil.which("bash") or "/bin/bash"
     return Attempt.of(bash, [bash, "-c", script], encode_env({"PATH": os.environ["PATH"]}))
@@ -476,3 +479,59 @@ trio.run(main)
         finally:
             child.kill()
     _wait_until_gone([supervisor, worker, shell, job])
+
+
+async def test_a_dead_idle_worker_is_passed_over(tmp_path: Path) -> None:
+    await _run_reaped("true", tmp_path)
+    supervisor = _REAPER.pid
+    workers = [pid for pid, stat in processes().items() if stat[1] == supervisor]
+    assert workers
+    for worker in workers:
+        os.kill(worker, signal.SIGKILL)
+    await trio.to_thread.run_sync(_wait_until_gone, workers)
+    process, _ = await _run_reaped("exit 4", tmp_path)
+    assert process.returncode == 4
+
+
+async def test_where_the_supervisor_cannot_start_the_caller_is_told_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    refusing = "import socket, sys; socket.socket(fileno=int(sys.argv[1])).send(b'unsupported: no')"
+    reaper = _Reaper(command=[sys.executable, "-c", refusing])
+    monkeypatch.setattr(toolexec._reaper, "_REAPER", reaper)
+    collector = PipeCollector(OutputCapture(10), OutputCapture(10))
+    try:
+        for _ in range(2):
+            stdout, stderr = collector.write_ends
+            assert await open_reaped([_attempt("true")], str(tmp_path), stdout, stderr, 1.0) is None
+    finally:
+        collector.close()
+    assert reaper.unsupported == "unsupported: no"
+    assert [r.getMessage() for r in caplog.records] == [
+        "shell commands are contained by process group only: unsupported: no"
+    ]
+
+
+def test_closing_or_forking_lets_the_supervisor_go() -> None:
+    reaper = _Reaper()
+    assert reaper.start()
+    supervisor = reaper.pid
+    assert supervisor is not None
+    worker = reaper.take()
+    assert worker is not None
+    reaper.give_back(worker)
+    assert reaper.control is not None
+    assert reaper.descriptors() == {reaper.control.fileno(), worker.fileno()}
+    reaper.after_fork()  # as in a forked child: the copies are closed, nothing is kept
+    assert (reaper.pid, reaper.control, reaper.idle) == (None, None, [])
+    os.waitpid(supervisor, 0)  # its socket closed: it exits
+    assert reaper.start()
+    assert reaper.close() not in (None, supervisor)
+    assert reaper.descriptors() == set()
+
+
+def test_an_environment_that_cannot_be_passed_is_refused() -> None:
+    with pytest.raises(ValueError, match="NUL"):
+        encode_env({"A": "x\0y"})
+    with pytest.raises(ValueError, match="null byte"):
+        Attempt.of("/bin/true", ["tr\0ue"], {})

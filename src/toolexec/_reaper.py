@@ -155,6 +155,8 @@ class _Reaper:
     control: socket.socket | None = None
     idle: list[socket.socket] = attrs.Factory(list)
     unsupported: str | None = None
+    #: How to run the supervisor program (the descriptor number follows).
+    command: list[str] = attrs.Factory(lambda: [sys.executable, "-I", "-S", _PROGRAM])
 
     def start(self) -> bool:
         """Start the supervisor unless it runs; block until it is ready. Returns whether it is.
@@ -166,7 +168,7 @@ class _Reaper:
                 old, self.pid = self.pid, None
                 if old is not None:  # it died: reap it
                     _reap_quietly(old)
-                pid, control, failure = _start_supervisor()
+                pid, control, failure = _start_supervisor(self.command)
                 with self.lock:
                     self.pid, self.control = pid, control
                     self.unsupported = failure
@@ -207,6 +209,19 @@ class _Reaper:
             held = [self.control, *self.idle]
             return {s.fileno() for s in held if s is not None}
 
+    def close(self) -> int | None:
+        """Let the supervisor and the idle workers go (they exit); return its pid.
+
+        The next call starts another. A worker serving a call ends when
+        the call does.
+        """
+        with self.lock:
+            for sock in (self.control, *self.idle):
+                if sock is not None:
+                    sock.close()
+            pid, self.pid, self.control, self.idle = self.pid, None, None, []
+        return pid
+
     def after_fork(self) -> None:
         """In a forked child: let go of the parent's supervisor and workers."""
         for sock in (self.control, *self.idle):
@@ -216,12 +231,14 @@ class _Reaper:
         self.pid, self.control, self.idle = None, None, []
 
 
-def _start_supervisor() -> tuple[int | None, socket.socket | None, str | None]:
+def _start_supervisor(
+    command: list[str],
+) -> tuple[int | None, socket.socket | None, str | None]:
     """Start a supervisor and wait until it is ready: its pid and socket, or why not."""
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     pid = None
     try:
-        pid = _spawn_supervisor(theirs.fileno())
+        pid = _spawn_supervisor(command, theirs.fileno())
         ours.settimeout(_START_SECONDS)
         answer = ours.recv(1024)
     except OSError as exc:
@@ -240,16 +257,16 @@ def _start_supervisor() -> tuple[int | None, socket.socket | None, str | None]:
     return None, None, answer.decode(errors="replace") or "the supervisor did not start"
 
 
-def _spawn_supervisor(fd: int) -> int:
+def _spawn_supervisor(command: list[str], fd: int) -> int:
     if fd == 3:  # dup2 onto itself would keep close-on-exec
         fd = os.dup(fd)
         try:
-            return _spawn_supervisor(fd)
+            return _spawn_supervisor(command, fd)
         finally:
             os.close(fd)
     return os.posix_spawn(
-        sys.executable,
-        [sys.executable, "-I", "-S", _PROGRAM, "3"],
+        command[0],
+        [*command, "3"],
         {},
         file_actions=[
             (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
