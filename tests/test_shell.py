@@ -214,6 +214,26 @@ async def test_a_program_started_directly_is_held_as_well(root: Path, tmp_path: 
     assert not _live(int((root / "pid").read_text()))
 
 
+async def test_a_worker_that_stops_answering_is_given_up(
+    root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A command can SIGSTOP its worker (a documented limit): the call still
+    # ends, and what the worker holds ends once it runs again.
+    monkeypatch.setattr(toolexec._reaper, "_REPORT_MARGIN", 0.2)
+    command = "echo $PPID $$ > pids; sleep 1000 & echo $! >> pids; kill -STOP $PPID; wait"
+    result = await shell(_executor(root, grace=0.1), command, timeout=0.5)
+    assert result.error_class is ErrorClass.TIMEOUT
+    assert result.text.startswith("timed out after 0.5 s; exit status unknown: ")
+    assert result.details["exit_code"] is None
+    worker, *below = [int(p) for p in (root / "pids").read_text().split()]
+    assert all(_live(pid) for pid in below)  # held, but nobody is ending them
+    os.kill(worker, signal.SIGCONT)  # it finds toolexec gone from its socket
+    deadline = trio.current_time() + 30
+    while any(_live(pid) for pid in below):
+        assert trio.current_time() < deadline
+        await trio.sleep(0.01)
+
+
 @pytest.mark.usefixtures("mode")
 async def test_a_host_cancel_kills_the_whole_tree(root: Path) -> None:
     os.mkfifo(root / "ready")

@@ -161,13 +161,14 @@ class _Ended:
 
 
 def _describe_end(ended: _Ended, limit: float) -> str:
-    if ended.timed_out:
-        if ended.killed is None:
-            return f"timed out after {limit:g} s; the process group was terminated"
-        return f"timed out after {limit:g} s; it and every process it started were terminated"
+    timed_out = f"timed out after {limit:g} s; " if ended.timed_out else ""
     if ended.lost:
-        return "exit status unknown: the process watching the command was killed"
-    return _describe_exit(ended.code)
+        return f"{timed_out}exit status unknown: the process watching it was stopped or killed"
+    if not ended.timed_out:
+        return _describe_exit(ended.code)
+    if ended.killed is None:
+        return f"{timed_out}the process group was terminated"
+    return f"{timed_out}it and every process it started were terminated"
 
 
 def _describe_exit(code: int | None) -> str:
