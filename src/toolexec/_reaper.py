@@ -114,7 +114,7 @@ class Attempt:
     env: dict[bytes, bytes]
 
     @classmethod
-    def of(cls, executable: str, argv: Sequence[str], env: Mapping[bytes, bytes]) -> Attempt:
+    def of(cls, executable: str, argv: Sequence[str], env: dict[bytes, bytes]) -> Attempt:
         """Encode ``executable`` and ``argv`` as ``subprocess`` would.
 
         Raises:
@@ -124,7 +124,7 @@ class Attempt:
         path = os.fsencode(executable)
         if any(b"\0" in a for a in (path, *encoded)):
             raise ValueError("embedded null byte")
-        return cls(path, encoded, dict(env))
+        return cls(path, encoded, env)
 
 
 def encode_env(env: Mapping[str, str]) -> dict[bytes, bytes]:
@@ -310,8 +310,9 @@ class ReapedProcess:
         self.done = False
         self.lost = False
         self.returncode: int | None = None
-        self.descendants_killed = 0
-        self.descendants_left = 0
+        #: Known once the worker reported (``None`` if it never did).
+        self.descendants_killed: int | None = None
+        self.descendants_left: int | None = None
         self.failed_attempts = 0
         self.error: OSError | None = None
 
@@ -391,7 +392,7 @@ async def open_reaped(
     request = marshal.dumps(
         ("run", [(a.executable, a.argv, a.env) for a in attempts], os.fsencode(cwd), grace)
     )
-    for _ in range(3):  # a dead idle worker, a dead supervisor: try another
+    for _ in range(_MAX_IDLE + 2):  # dead idle workers, a dead supervisor: try another
         if _REAPER.unsupported is not None:
             return None
         worker = _REAPER.take()
