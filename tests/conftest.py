@@ -8,17 +8,54 @@ from __future__ import annotations
 
 import gc
 import os
+import sys
+import time
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import attrs
+import coverage
 import pytest
 import trio
 
 from toolexec import SideEffects, ToolCall, ToolContext, ToolDefinition, ToolOutput, ToolRegistry
+from toolexec._reaper import _PROGRAM, _REAPER
+from toolexec._supervisor import processes
 from toolexec.approval import ApprovalAnswer, ApprovalRequest
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Iterator, Mapping
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _measured_supervisor() -> Iterator[None]:
+    """When the run measures coverage, measure the reaper's supervisor process too.
+
+    It runs in a child process, which pytest-cov does not follow; see
+    ``cover_supervisor.py``. At the end the supervisor and its workers are
+    let go and waited for, so that their data is written before pytest-cov
+    combines it.
+    """
+    measuring = coverage.Coverage.current()
+    if measuring is None or _REAPER.pid is not None:
+        yield
+        return
+    script = str(Path(__file__).with_name("cover_supervisor.py"))
+    data_file = os.path.abspath(measuring.config.data_file)
+    saved = _REAPER.command
+    _REAPER.command = [sys.executable, script, data_file, _PROGRAM]
+    try:
+        yield
+    finally:
+        _REAPER.command = saved
+        supervisor = _REAPER.pid
+        workers = [p for p, stat in processes().items() if stat[1] == supervisor]
+        _REAPER.close()
+        if supervisor is not None:
+            os.waitpid(supervisor, 0)
+        deadline = time.monotonic() + 30
+        while any(pid in processes() for pid in workers) and time.monotonic() < deadline:
+            time.sleep(0.01)
 
 
 @attrs.define
@@ -125,6 +162,20 @@ def group_members(pgid: int) -> list[int]:
         if int(fields[2]) == pgid and fields[0] != b"Z":
             members.append(int(name))
     return members
+
+
+#: A bash script leaving five background jobs, each out of reach of a
+#: process-group kill in its own way (a session, a group of its own, or an
+#: orphan init would adopt); it writes its own pid and theirs to ``pids``.
+ESCAPES = """
+echo $$ > pids
+setsid sleep 1000 & echo $! >> pids
+nohup sleep 1000 > /dev/null 2>&1 & echo $! >> pids
+sleep 1000 & echo $! >> pids; disown $!
+( (sleep 1000 & echo $! >> pids) & )
+set -m; sleep 1000 & echo $! >> pids; set +m
+while [ "$(wc -l < pids)" -lt 6 ]; do :; done
+"""
 
 
 def open_fds() -> set[int]:

@@ -309,7 +309,7 @@ async def test_one_result_per_call_in_order_whatever_fails(
     @function_tool(side_effects=SideEffects.READ)
     async def explode(kind: str) -> str:
         if kind == "tool_error":
-            raise ToolError("the file is locked; retry later")
+            raise ToolError("the file is locked; retry later", details={"holder": 42})
         raise ValueError("boom")
 
     registry = make_registry(recorder)
@@ -332,6 +332,7 @@ async def test_one_result_per_call_in_order_whatever_fails(
         ErrorClass.NOT_FOUND,
     ]
     assert outcome.results[0].text == "the file is locked; retry later"
+    assert outcome.results[0].details == {"holder": 42}  # for the host, as a ToolOutput's
     assert outcome.results[1].text == "Tool 'explode' failed: ValueError: boom"
     assert "timed out after 5s" in outcome.results[2].text
     assert outcome.results[2].duration == pytest.approx(5.0)

@@ -57,6 +57,8 @@ LAYERS: dict[str, str] = {
         [
             "_function",
             "_process",
+            "_supervisor",
+            "_reaper",
             "_workspace",
             "_workspace_errors",
             "_confined",

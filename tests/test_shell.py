@@ -13,8 +13,9 @@ import pytest
 import trio
 
 import toolexec._process
+import toolexec._reaper
 import toolexec._shell
-from conftest import group_members, open_fds
+from conftest import ESCAPES, group_members, open_fds
 from toolexec import (
     Allow,
     ErrorClass,
@@ -45,10 +46,13 @@ def _live(pid: int) -> bool:
         return False
 
 
-@pytest.fixture(params=["pidfd", "watcher task"])
-def exit_watch(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """Both ways the shell learns that the command exited: a pidfd, or a task (no pidfds)."""
-    if request.param == "watcher task":
+@pytest.fixture(params=["reaper", "group, pidfd", "group, watcher task"])
+def mode(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """How the shell runs a command: under the reaper (Linux), or in a process group
+    (elsewhere) learning of its exit through a pidfd or through a task (no pidfds)."""
+    if request.param != "reaper":
+        monkeypatch.setattr(toolexec._reaper._REAPER, "unsupported", "off for this test")
+    if request.param == "group, watcher task":
         monkeypatch.setattr(toolexec._process, "_pidfd_open", None)
     return str(request.param)
 
@@ -87,7 +91,7 @@ async def _pids_from_fifo(fifo: Path) -> list[int]:
 # -- results --------------------------------------------------------------------------
 
 
-@pytest.mark.usefixtures("exit_watch")
+@pytest.mark.usefixtures("mode")
 async def test_output_exit_code_and_duration(root: Path) -> None:
     result = await shell(_executor(root), "pwd; echo out; echo err >&2")
     assert not result.is_error
@@ -99,7 +103,7 @@ async def test_output_exit_code_and_duration(root: Path) -> None:
     assert result.details["truncated"] is False
 
 
-@pytest.mark.usefixtures("exit_watch")
+@pytest.mark.usefixtures("mode")
 async def test_a_failing_command_is_an_error_result(root: Path) -> None:
     result = await shell(_executor(root), "echo nope; exit 3")
     assert result.error_class is ErrorClass.EXECUTION_ERROR
@@ -130,18 +134,107 @@ async def test_a_secret_in_the_host_environment_is_not_passed(
 TREE = "echo $$ > pids; (sleep 1000 & echo $! >> pids; wait) & sleep 1000 & echo $! >> pids; wait"
 
 
-@pytest.mark.usefixtures("exit_watch")
-async def test_a_timeout_kills_the_whole_tree(root: Path) -> None:
+async def test_a_timeout_kills_the_whole_tree(root: Path, mode: str) -> None:
     result = await shell(_executor(root, grace=1.0), TREE, timeout=1.5)
     assert result.error_class is ErrorClass.TIMEOUT
-    assert "timed out after 1.5 s; the process group was terminated" in result.text
+    if mode == "reaper":
+        assert result.text.startswith(
+            "timed out after 1.5 s; it and every process it started were terminated; "
+        )
+        assert result.details["descendants_killed"] == 3  # the subshell and two sleeps
+    else:
+        assert "timed out after 1.5 s; the process group was terminated" in result.text
+        assert result.details["descendants_killed"] is None  # not counted
     pgid, *descendants = [int(p) for p in (root / "pids").read_text().split()]
     assert len(descendants) == 2
     assert group_members(pgid) == []
     assert not any(_live(pid) for pid in [pgid, *descendants])
 
 
-@pytest.mark.usefixtures("exit_watch")
+def _escaped(root: Path) -> list[int]:
+    """The pids ``ESCAPES`` wrote, its own first; checks there are six."""
+    pids = [int(p) for p in (root / "pids").read_text().split()]
+    assert len(pids) == 6
+    return pids
+
+
+async def test_background_jobs_in_other_groups_and_sessions_end_with_the_command(
+    root: Path,
+) -> None:
+    result = await shell(_executor(root), ESCAPES + "echo done")
+    assert not result.is_error
+    first, *rest = result.text.splitlines()
+    assert first.startswith("exit code 0; ")
+    assert first.endswith("; output truncated: no; background processes stopped: 5")
+    assert rest == ["stdout:", "done"]
+    assert (result.details["descendants_killed"], result.details["descendants_left"]) == (5, 0)
+    assert not any(_live(pid) for pid in _escaped(root))
+
+
+async def test_background_jobs_in_other_groups_and_sessions_end_on_timeout(root: Path) -> None:
+    result = await shell(_executor(root, grace=1.0), ESCAPES + "sleep 1000", timeout=1.0)
+    assert result.error_class is ErrorClass.TIMEOUT
+    assert result.details["timed_out"] is True
+    assert result.details["descendants_killed"] == 5  # bash exec'd the last sleep
+    assert not any(_live(pid) for pid in _escaped(root))
+
+
+async def test_background_jobs_in_other_groups_and_sessions_end_on_cancel(root: Path) -> None:
+    os.mkfifo(root / "ready")
+    executor = _executor(root, grace=1.0)
+    command = ESCAPES + "echo go > ready; sleep 1000"
+    batch = executor.prepare([ToolCall("c1", "shell", {"command": command})])
+    outcome: list[Any] = []
+
+    async def run() -> None:
+        outcome.append(await batch.run())
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(run)
+        await trio.to_thread.run_sync((root / "ready").read_text)
+        pids = _escaped(root)
+        assert all(_live(pid) for pid in pids)
+        batch.cancel()
+    assert outcome[0].results[0].error_class is ErrorClass.CANCELLED
+    assert not any(_live(pid) for pid in pids)
+
+
+async def test_a_program_started_directly_is_held_as_well(root: Path, tmp_path: Path) -> None:
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    daemon = bindir / "start-daemon"
+    daemon.write_text("#!/bin/sh\nsetsid sleep 1000 >/dev/null 2>&1 </dev/null & echo $! > pid\n")
+    daemon.chmod(0o755)
+    tool = ShellTool(Workspace(root), env={"PATH": f"{bindir}:/usr/bin:/bin"})
+    assert tool._direct("start-daemon") is not None  # no bash in between
+    registry = ToolRegistry()
+    registry.register(tool)
+    result = await shell(ToolExecutor(registry), "start-daemon")
+    assert result.details["descendants_killed"] == 1
+    assert not _live(int((root / "pid").read_text()))
+
+
+async def test_a_worker_that_stops_answering_is_given_up(
+    root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A command can SIGSTOP its worker (a documented limit): the call still
+    # ends, and what the worker holds ends once it runs again.
+    monkeypatch.setattr(toolexec._reaper, "_REPORT_MARGIN", 0.2)
+    command = "echo $PPID $$ > pids; sleep 1000 & echo $! >> pids; kill -STOP $PPID; wait"
+    result = await shell(_executor(root, grace=0.1), command, timeout=0.5)
+    assert result.error_class is ErrorClass.TIMEOUT
+    assert result.text.startswith("timed out after 0.5 s; exit status unknown: ")
+    assert result.details["exit_code"] is None
+    worker, *below = [int(p) for p in (root / "pids").read_text().split()]
+    assert all(_live(pid) for pid in below)  # held, but nobody is ending them
+    os.kill(worker, signal.SIGCONT)  # it finds toolexec gone from its socket
+    deadline = trio.current_time() + 30
+    while any(_live(pid) for pid in below):
+        assert trio.current_time() < deadline
+        await trio.sleep(0.01)
+
+
+@pytest.mark.usefixtures("mode")
 async def test_a_host_cancel_kills_the_whole_tree(root: Path) -> None:
     os.mkfifo(root / "ready")
     executor = _executor(root, grace=1.0)
@@ -165,7 +258,7 @@ async def test_a_host_cancel_kills_the_whole_tree(root: Path) -> None:
     assert not any(_live(pid) for pid in [pgid, *descendants])
 
 
-@pytest.mark.usefixtures("exit_watch")
+@pytest.mark.usefixtures("mode")
 async def test_an_enclosing_cancel_scope_kills_the_whole_tree(root: Path) -> None:
     os.mkfifo(root / "ready")
     executor = _executor(root, grace=1.0)
@@ -180,7 +273,7 @@ async def test_an_enclosing_cancel_scope_kills_the_whole_tree(root: Path) -> Non
     assert not _live(child)
 
 
-@pytest.mark.usefixtures("exit_watch")
+@pytest.mark.usefixtures("mode")
 async def test_a_command_ignoring_sigterm_is_killed_after_the_grace_period(root: Path) -> None:
     command = "trap '' TERM; echo $$ > pids; sleep 1000 & echo $! >> pids; wait; wait"
     result = await shell(_executor(root, grace=0.3), command, timeout=1.0)
@@ -190,7 +283,7 @@ async def test_a_command_ignoring_sigterm_is_killed_after_the_grace_period(root:
     assert not _live(child)
 
 
-@pytest.mark.usefixtures("exit_watch")
+@pytest.mark.usefixtures("mode")
 async def test_a_background_child_holding_the_pipe_does_not_hang_the_call(root: Path) -> None:
     command = "sleep 1000 & echo $! > bg; echo done"
     result = await shell(_executor(root), command)
@@ -199,10 +292,12 @@ async def test_a_background_child_holding_the_pipe_does_not_hang_the_call(root: 
     assert not _live(int((root / "bg").read_text()))
 
 
-@pytest.mark.usefixtures("exit_watch")
+@pytest.mark.parametrize("mode", ["group, pidfd", "group, watcher task"], indirect=True)
+@pytest.mark.usefixtures("mode")
 async def test_a_process_that_left_the_group_cannot_hang_the_call(root: Path) -> None:
-    # It is out of reach of the group kill, and it holds stdout open: the call
-    # still returns (after the bounded drain) with what was printed.
+    # Without the reaper it is out of reach of the group kill, and it holds
+    # stdout open: the call still returns (after the bounded drain) with
+    # what was printed.
     command = "setsid sh -c 'echo $$ > escaped; exec sleep 1000' & sleep 0.2; echo done"
     try:
         with trio.fail_after(30):
@@ -214,7 +309,7 @@ async def test_a_process_that_left_the_group_cannot_hang_the_call(root: Path) ->
             os.kill(int((root / "escaped").read_text()), signal.SIGKILL)
 
 
-@pytest.mark.usefixtures("exit_watch")
+@pytest.mark.usefixtures("mode")
 async def test_no_descriptor_is_left_open_whatever_the_outcome(root: Path) -> None:
     executor = _executor(root, grace=0.1)
     broken = _executor(root, shell="/nonexistent/bash")
@@ -236,7 +331,7 @@ async def test_no_descriptor_is_left_open_whatever_the_outcome(root: Path) -> No
     assert open_fds() - before == set()
 
 
-@pytest.mark.usefixtures("exit_watch")
+@pytest.mark.usefixtures("mode")
 async def test_output_written_during_the_grace_period_is_kept(root: Path) -> None:
     # More than a pipe holds: unless output is still read while the group winds
     # down, the handler blocks and is killed when the grace period ends.
@@ -249,7 +344,7 @@ async def test_output_written_during_the_grace_period_is_kept(root: Path) -> Non
     assert result.text.endswith("x\nx\ngoodbye")
 
 
-@pytest.mark.usefixtures("exit_watch")
+@pytest.mark.usefixtures("mode")
 async def test_a_flood_of_output_does_not_starve_other_tasks(root: Path) -> None:
     finished: list[str] = []
 
@@ -292,7 +387,7 @@ async def test_running_out_of_descriptors_is_an_error_result_that_leaks_none(
 # -- live output -------------------------------------------------------------------------
 
 
-@pytest.mark.usefixtures("exit_watch")
+@pytest.mark.usefixtures("mode")
 async def test_output_streams_to_the_host_as_it_is_read(root: Path) -> None:
     from toolexec import TextContent
 
@@ -354,7 +449,7 @@ async def test_nothing_is_streamed_when_nobody_listens(root: Path) -> None:
 # -- bounded output -----------------------------------------------------------------
 
 
-@pytest.mark.usefixtures("exit_watch")
+@pytest.mark.usefixtures("mode")
 async def test_100_mb_of_output_keeps_memory_bounded(root: Path) -> None:
     cap = 64 * 1024
     executor = _executor(root, max_output_bytes=cap)

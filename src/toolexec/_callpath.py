@@ -224,7 +224,7 @@ async def run_call(
                 else:
                     output = await slot.backend.run(tool, slot.arguments, ctx)
         except ToolError as exc:
-            failure = error_result(slot, exc.error_class, exc.message)
+            failure = error_result(slot, exc.error_class, exc.message, details=exc.details)
         except Exception as exc:
             failure = _crashed(slot, exc)
         except BaseException as exc:  # SystemExit, GeneratorExit, ...: the tool failed

@@ -18,7 +18,12 @@ registration, a bad config) raises.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from ._types import ErrorClass
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
 
 __all__ = ["InternalError", "RegistrationError", "ToolError", "ToolexecError", "bare_interrupt"]
 
@@ -42,16 +47,23 @@ class ToolError(Exception):
     """Raised by a tool to fail its call with a message the model should read.
 
     The message is shown to the model verbatim; ``error_class`` defaults to
-    ``execution_error``. Any other exception a tool raises also becomes an
+    ``execution_error``; ``details`` become the result's details, for the
+    host (a shell command that timed out still reports its partial byte
+    counts). Any other exception a tool raises also becomes an
     ``execution_error`` result, with the exception type and message.
     """
 
     def __init__(
-        self, message: str, *, error_class: ErrorClass = ErrorClass.EXECUTION_ERROR
+        self,
+        message: str,
+        *,
+        error_class: ErrorClass = ErrorClass.EXECUTION_ERROR,
+        details: Mapping[str, Any] | None = None,
     ) -> None:
         super().__init__(message)
         self.message = message
         self.error_class = error_class
+        self.details: Mapping[str, Any] = {} if details is None else details
 
 
 def bare_interrupt(exc: BaseException) -> KeyboardInterrupt | None:

@@ -16,11 +16,19 @@ Theory of operation.
   kernel whether the group has members (``killpg(pgid, 0)``) and, if so,
   reads ``/proc`` for one that is not a zombie.
 * *Signals*: a group id is a pid, and pids are reused. While the leader is
-  not reaped, or while any member is left, the kernel keeps the id from
-  being reused; once the leader is reaped and the group is empty, the same
-  number may name someone else's group. So a group is signalled only just
-  after ``group_alive`` said it has a live member, never blindly after the
-  leader was reaped.
+  not reaped, the kernel keeps its pid, and so the group's id, from being
+  reused (an exited leader stays a zombie until ``poll`` or ``wait``
+  reaps it, and nothing else reaps it): only then is the group signalled
+  whole (``killpg``). Once the leader is reaped, the id is held only while
+  members are left, so the group is not signalled as a group any more: its
+  members are listed from ``/proc`` and each is signalled through a pidfd,
+  after checking it is still the process listed (its start time;
+  ``_supervisor.signal_process``). One window remains: right after the
+  leader is reaped, ``killpg(pgid, 0)`` (which sends nothing) asks whether
+  anything is left and the members are listed by group id; were the group
+  to empty and its number be handed to a new group in those microseconds,
+  that group's members would be listed. Pids are handed out in turn, so
+  the kernel's counter would have to wrap around in between.
 * *Termination*: ``terminate_group`` sends SIGTERM (and SIGCONT, so a
   stopped process acts on it) to the group, waits up to a grace period for
   the group to empty, then sends SIGKILL, even when it is cancelled
@@ -49,6 +57,8 @@ from typing import TYPE_CHECKING
 
 import attrs
 import trio
+
+from ._supervisor import processes, signal_process
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -125,32 +135,35 @@ def _has_live_member(pgid: int) -> bool:
         return False
     except PermissionError:
         return True
-    return _live_member_in_proc(pgid)
+    members = _members(pgid)
+    return members is None or bool(members)  # no /proc: trust killpg
 
 
-def _live_member_in_proc(pgid: int) -> bool:
+def _members(pgid: int) -> dict[int, int] | None:
+    """The live members of group ``pgid`` as pid -> start time; ``None`` without /proc."""
     try:
-        pids = [p for p in os.listdir("/proc") if p.isdigit()]
+        table = processes()
     except OSError:
-        return True  # no /proc: trust killpg
-    for pid in pids:
-        try:
-            with open(f"/proc/{pid}/stat", "rb") as f:
-                fields = f.read().rsplit(b")", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        if len(fields) > 2 and int(fields[2]) == pgid and fields[0] not in (b"Z", b"X"):
-            return True
-    return False
+        return None
+    return {pid: stat[3] for pid, stat in table.items() if stat[2] == pgid}
 
 
 # -- ending ----------------------------------------------------------------------
 
 
-def _signal_group(pgid: int, sig: signal.Signals) -> None:
-    """Signal a group that ``group_alive`` just found alive (see the module docstring)."""
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, sig)
+def _signal_group(process: trio.Process, sig: signal.Signals) -> None:
+    """Signal what is left of ``process``'s group (see the module docstring)."""
+    if process.returncode is None:  # not reaped: the group's id is still the group's
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(process.pid, sig)
+        return
+    members = _members(process.pid)
+    if members is None:  # no /proc to list them: the group, just after the probe
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(process.pid, sig)
+        return
+    for pid, start in members.items():
+        signal_process(pid, start, sig)
 
 
 async def terminate_group(process: trio.Process, grace: float) -> None:
@@ -161,16 +174,15 @@ async def terminate_group(process: trio.Process, grace: float) -> None:
     the group gets up to a second to disappear. Nothing is signalled when
     nothing in the group is alive.
     """
-    pgid = process.pid
     if not group_alive(process):
         return
-    _signal_group(pgid, signal.SIGTERM)
-    _signal_group(pgid, signal.SIGCONT)  # a stopped process acts on SIGTERM only once resumed
+    _signal_group(process, signal.SIGTERM)
+    _signal_group(process, signal.SIGCONT)  # a stopped process acts on SIGTERM only once resumed
     try:
         await _wait_gone(process, grace)
     finally:
         if group_alive(process):
-            _signal_group(pgid, signal.SIGKILL)
+            _signal_group(process, signal.SIGKILL)
     await _wait_gone(process, _KILL_WAIT)
 
 

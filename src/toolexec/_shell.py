@@ -1,20 +1,33 @@
-"""The ``shell`` tool: bash in the workspace, in its own process group.
+"""The ``shell`` tool: bash in the workspace; nothing it starts outlives the call.
 
 Theory of operation. The command runs as ``bash -c COMMAND`` with the
 workspace root as its working directory, stdin from ``/dev/null``, an
 environment built from an allow-list (never the parent's environment minus
-some secrets), in a process group of its own. Starting, watching, capturing
-and ending the process are ``_process``'s: the calling task reads stdout
-and stderr through one selector that also watches a pidfd for the shell's
-exit, into bounded buffers that keep the first and last bytes.
+some secrets), in a session and process group of its own. The calling task
+reads stdout and stderr through one selector into bounded buffers that keep
+the first and last bytes (``_process``).
 
-When the shell exits, anything it left running in its group is terminated
-(that is what keeps a background child from holding the pipes open and
-hanging the call) while output is still read, the pipes get a short bounded
-drain, and the result is built. On timeout the group gets SIGTERM, a grace
-period, then SIGKILL, again while output is read. On cancellation the same
-termination runs shielded, so it completes even while the call is being
-cancelled, and ``trio.Cancelled`` then propagates as usual.
+On Linux the command runs under a reaper (``_reaper``): a worker process,
+a child subreaper, starts it and is told when to end it, so every process
+it starts stays below the worker whatever sessions and groups it makes
+(``setsid``, ``set -m``, ``nohup``, a double fork). When the command
+exits, the worker ends everything it left (SIGTERM, the grace period,
+SIGKILL) while output is still read, and reports how many it ended; the
+pipes get a short bounded drain and the result is built. On timeout the
+worker is told to end the command and all below it the same way, again
+while output is read. On cancellation that runs shielded, so it completes
+even while the call is being cancelled, and ``trio.Cancelled`` then
+propagates as usual.
+
+Where there is no reaper (not Linux) the process group is the boundary, as
+``_process`` handles it: what the shell leaves in its group is ended the
+same way, and what left the group is out of reach.
+
+The result's ``details`` say how many processes were ended besides the
+command (``descendants_killed``; ``None`` under a process group, which
+does not count them), and the model reads "background processes stopped:
+N" after a command that exited and left N running: it should not believe
+a server it started in the background is still up.
 
 A command that is one simple command made of plain words (letters, digits
 and ``_ . / : , + @ % = -``, no quotes, expansions or operators), naming a
@@ -45,6 +58,7 @@ import trio
 
 from ._errors import ToolError
 from ._process import OutputCapture, PipeCollector, open_group_process, reap, supervise
+from ._reaper import Attempt, encode_env, open_reaped, supervise_reaped
 from ._shell_classify import classify_arguments
 from ._types import ErrorClass, SideEffects, ToolDefinition, ToolOutput
 
@@ -132,6 +146,31 @@ def _allowed_env(allow: tuple[str, ...], extra: Mapping[str, str]) -> dict[str, 
     return env
 
 
+@attrs.frozen
+class _Ended:
+    """How a command ended, and what was ended with it."""
+
+    code: int | None
+    timed_out: bool
+    #: Descendants stopped (other than the command); ``None`` under a process group.
+    killed: int | None = None
+    #: Descendants that could not be stopped.
+    left: int | None = None
+    #: The reaper's worker ended without reporting: the exit status is unknown.
+    lost: bool = False
+
+
+def _describe_end(ended: _Ended, limit: float) -> str:
+    timed_out = f"timed out after {limit:g} s; " if ended.timed_out else ""
+    if ended.lost:
+        return f"{timed_out}exit status unknown: the process watching it was stopped or killed"
+    if not ended.timed_out:
+        return _describe_exit(ended.code)
+    if ended.killed is None:
+        return f"{timed_out}the process group was terminated"
+    return f"{timed_out}it and every process it started were terminated"
+
+
 def _describe_exit(code: int | None) -> str:
     if code is None:
         return "did not exit"
@@ -186,25 +225,30 @@ class ShellTool:
     """Run a bash command in the workspace (side effects: ``EXECUTE``).
 
     Each call runs ``bash -c COMMAND`` in the workspace root, in a new
-    process group, with stdin from ``/dev/null`` and an environment built
-    only from ``env_allow`` (names copied from the host when set) plus
-    ``env``. Output is captured per stream with a cap (the first and last
-    ``max_output_bytes / 2`` bytes are kept). When the shell exits, its
-    leftover background processes are terminated; on timeout or
-    cancellation the whole group gets SIGTERM, the grace period, then
+    session, with stdin from ``/dev/null`` and an environment built only
+    from ``env_allow`` (names copied from the host when set) plus ``env``.
+    Output is captured per stream with a cap (the first and last
+    ``max_output_bytes / 2`` bytes are kept). When the shell exits, the
+    processes it left running are terminated; on timeout or cancellation
+    the shell and everything it started get SIGTERM, the grace period, then
     SIGKILL. A non-zero exit status makes an error result; a timeout makes a
     ``timeout`` result carrying the partial output.
 
-    The process group is the boundary: a command that starts a new session
-    of its own (``setsid``) leaves it, and only a sandbox backend can hold
-    it. The shell is not confined to the workspace; it is ``EXECUTE``.
+    On Linux every descendant is held, whatever session or group it makes
+    (a per-call reaper, see ``docs/security.md``); elsewhere the process
+    group is the boundary, and a command that starts a session of its own
+    (``setsid``) leaves it. Processes another service starts for the
+    command (``systemd-run``, a running ``tmux`` server) are not its
+    descendants; only a sandbox backend holds those. The shell is not
+    confined to the workspace; it is ``EXECUTE``.
 
     Args:
         workspace: the working directory's owner.
         default_timeout: seconds a command may run when the call names none.
         max_timeout: the largest ``timeout`` a call may ask for.
         max_output_bytes: bytes kept per stream.
-        env: variables set for every command (after the allow-list).
+        env: variables set for every command (after the allow-list); one
+            holding a NUL byte is refused with ``ValueError``.
         env_allow: host variables passed through when set.
         shell: the shell binary (``bash`` from ``PATH`` by default, else ``sh``).
     """
@@ -219,6 +263,8 @@ class ShellTool:
     definition: ToolDefinition = attrs.field(init=False)
     _env: dict[str, str] = attrs.field(init=False, repr=False)
     _direct_env: dict[str, str] = attrs.field(init=False, repr=False)
+    _env_bytes: dict[bytes, bytes] = attrs.field(init=False, repr=False)
+    _direct_env_bytes: dict[bytes, bytes] = attrs.field(init=False, repr=False)
     _path_dirs: tuple[str, ...] = attrs.field(init=False, repr=False)
     # name -> (where PATH finds it, mtimes of the PATH directories that decide that)
     _found: dict[str, tuple[str | None, tuple[int, ...]]] = attrs.field(
@@ -233,6 +279,8 @@ class ShellTool:
             "PWD": str(self.workspace.root),
             "SHLVL": shlvl if shlvl.isdigit() else "0",
         }
+        self._env_bytes = encode_env(self._env)
+        self._direct_env_bytes = encode_env(self._direct_env)
         self._path_dirs = tuple(dict.fromkeys(self._env["PATH"].split(":")))
         safe_path = all(p.startswith("/") for p in self._path_dirs)
         self.definition = _definition(self.default_timeout, self.max_timeout, safe_path)
@@ -253,25 +301,77 @@ class ShellTool:
         except OSError as exc:
             raise ToolError(f"Could not create the pipes for the output: {exc}") from None
         try:
-            try:
-                process = await self._spawn(command, *collector.write_ends)
-            except ValueError:  # a NUL byte, or characters no argument can hold
-                raise ToolError(
-                    "The command contains a NUL byte or characters that cannot be encoded.",
-                    error_class=ErrorClass.INVALID_ARGUMENTS,
-                ) from None
-            except OSError as exc:
-                raise ToolError(f"Could not start the shell {self.shell!r}: {exc}") from None
-            finally:
-                collector.close_write_ends()
-            try:
-                timed_out = await supervise(process, collector, limit, ctx.grace_period)
-            finally:
-                await reap(process, ctx.grace_period)
+            ended = await self._run(command, collector, limit, ctx.grace_period)
         finally:
             collector.close()
         duration = trio.current_time() - start
-        return self._result(command, process.returncode, out, err, duration, timed_out, limit)
+        return self._result(command, ended, out, err, duration, limit)
+
+    async def _run(
+        self, command: str, collector: PipeCollector, limit: float, grace: float
+    ) -> _Ended:
+        """Run under a reaper where there is one, else in a process group."""
+        try:
+            attempts = self._attempts(command)
+        except ValueError:  # a NUL byte, or characters no argument can hold
+            raise ToolError(
+                "The command contains a NUL byte or characters that cannot be encoded.",
+                error_class=ErrorClass.INVALID_ARGUMENTS,
+            ) from None
+        stdout, stderr = collector.write_ends
+        try:
+            process = await open_reaped(attempts, str(self.workspace.root), stdout, stderr, grace)
+        except OSError as exc:
+            raise ToolError(f"Could not start the shell {self.shell!r}: {exc}") from None
+        if process is None:
+            return await self._run_in_group(command, collector, limit, grace)
+        collector.close_write_ends()
+        try:
+            timed_out = await supervise_reaped(process, collector, limit, grace)
+        finally:
+            await process.aclose(grace)
+        if process.error is not None:
+            raise ToolError(f"Could not start the shell {self.shell!r}: {process.error}")
+        if process.failed_attempts and len(attempts) > 1:  # the direct exec failed
+            self._found.pop(os.fsdecode(attempts[0].argv[0]), None)
+        return _Ended(
+            process.returncode,
+            timed_out,
+            process.descendants_killed,
+            process.descendants_left,
+            process.lost,
+        )
+
+    def _attempts(self, command: str) -> list[Attempt]:
+        """How to start ``command``: directly when bash would exec it, then through bash."""
+        bash = Attempt.of(self.shell, [self.shell, "-c", command], self._env_bytes)
+        direct = self._direct(command)
+        if direct is None:
+            return [bash]
+        argv, path = direct
+        env = {**self._direct_env_bytes, b"_": os.fsencode(path)}
+        return [Attempt.of(path, argv, env), bash]
+
+    async def _run_in_group(
+        self, command: str, collector: PipeCollector, limit: float, grace: float
+    ) -> _Ended:
+        """Where there is no reaper: the command's process group is the boundary."""
+        try:
+            process = await self._spawn(command, *collector.write_ends)
+        except ValueError:  # characters the platform cannot encode
+            raise ToolError(
+                "The command contains a NUL byte or characters that cannot be encoded.",
+                error_class=ErrorClass.INVALID_ARGUMENTS,
+            ) from None
+        except OSError as exc:
+            raise ToolError(f"Could not start the shell {self.shell!r}: {exc}") from None
+        finally:
+            collector.close_write_ends()
+        try:
+            timed_out = await supervise(process, collector, limit, grace)
+        finally:
+            await reap(process, grace)
+        return _Ended(process.returncode, timed_out)
 
     async def _spawn(self, command: str, stdout: int, stderr: int) -> trio.Process:
         direct = self._direct(command)
@@ -337,22 +437,23 @@ class ShellTool:
     def _result(
         self,
         command: str,
-        code: int | None,
+        ended: _Ended,
         out: OutputCapture,
         err: OutputCapture,
         duration: float,
-        timed_out: bool,
         limit: float,
     ) -> ToolOutput:
         truncated = out.truncated or err.truncated
-        status = (
-            f"timed out after {limit:g} s; the process group was terminated"
-            if timed_out
-            else _describe_exit(code)
-        )
-        lines = [
-            f"{status}; duration {duration:.3f} s; output truncated: {'yes' if truncated else 'no'}"
+        parts = [
+            _describe_end(ended, limit),
+            f"duration {duration:.3f} s",
+            f"output truncated: {'yes' if truncated else 'no'}",
         ]
+        if ended.killed and not ended.timed_out:
+            parts.append(f"background processes stopped: {ended.killed}")
+        if ended.left:
+            parts.append(f"processes that could not be stopped: {ended.left}")
+        lines = ["; ".join(parts)]
         for label, capture in (("stdout", out), ("stderr", err)):
             if capture.total:
                 note = f" ({capture.total} bytes, kept {capture.kept})" if capture.truncated else ""
@@ -362,13 +463,15 @@ class ShellTool:
         text = "\n".join(lines)
         details = {
             "command": command,
-            "exit_code": code,
+            "exit_code": ended.code,
             "duration": duration,
-            "timed_out": timed_out,
+            "timed_out": ended.timed_out,
             "truncated": truncated,
             "stdout_bytes": out.total,
             "stderr_bytes": err.total,
+            "descendants_killed": ended.killed,
+            "descendants_left": ended.left,
         }
-        if timed_out:
-            raise ToolError(text, error_class=ErrorClass.TIMEOUT)
-        return ToolOutput.text(text, is_error=code != 0, **details)
+        if ended.timed_out:
+            raise ToolError(text, error_class=ErrorClass.TIMEOUT, details=details)
+        return ToolOutput.text(text, is_error=ended.code != 0, **details)
