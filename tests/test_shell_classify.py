@@ -9,11 +9,16 @@ property test in ``stress/test_classifier_properties.py`` runs what gives
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import pytest
 
 from toolexec import SideEffects
 from toolexec._shell_classify import _GLOB_SAFE, _OPTIONS, _PROGRAMS, classify_arguments
 from toolexec.tools import classify_shell_command
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def _read(command: str) -> bool:
@@ -285,3 +290,11 @@ def test_globs_only_reach_programs_without_risky_options() -> None:
         assert _read(f"{name} -- *") is (name in _GLOB_SAFE), name
     assert set(_PROGRAMS) >= _GLOB_SAFE
 
+
+def test_the_documented_list_is_the_list() -> None:
+    page = (ROOT / "docs" / "tools.md").read_text()
+    section = page[page.index("### Read-only commands") :]
+    listed = re.search(r"programs:\n\n```text\n(.*?)```", section, re.S)
+    assert listed is not None, "docs/tools.md lists the read-only programs in a text block"
+    names = {line.split(":")[0].strip() for line in listed.group(1).splitlines()}
+    assert names == {*_PROGRAMS, "echo", "printf", "true", "false", "find"}
