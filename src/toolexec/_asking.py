@@ -1,4 +1,4 @@
-"""Asking a human: the approval step of a call's run (DESIGN 3.6).
+"""Asking a human: the approval step of a call's run (docs/security.md).
 
 Theory of operation. A call whose planned approval mode is not ``auto`` asks
 before it is admitted, so a waiting human never holds a permit. A remembered

@@ -1,4 +1,4 @@
-"""Where an admitted call runs: the ``Backend`` seam (DESIGN 6).
+"""Where an admitted call runs: the ``Backend`` seam (docs/concepts.md, "Where a call runs").
 
 The policy's ``ExecutionGrant`` names a sandbox; the executor looks the name
 up among its backends when it plans the call (an unknown name is an error

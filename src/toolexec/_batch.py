@@ -1,7 +1,8 @@
 """A planned batch and its run: runs in order, steering, host cancel, outcome.
 
-Theory of operation. ``ToolExecutor.prepare`` plans a batch (DESIGN 3.1,
-3.2) and hands it here with the executor's ``Runtime``; the batch never sees
+Theory of operation. ``ToolExecutor.prepare`` plans a batch (docs/concepts.md,
+"Routing" and "Runs") and hands it here with the executor's ``Runtime``;
+the batch never sees
 the executor itself. ``Batch.run`` executes the runs one after another
 inside the batch's cancel scope: a serial-mutator run (or a run of one call)
 is awaited call by call in emitted order; the calls of any other run start

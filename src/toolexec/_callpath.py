@@ -1,4 +1,7 @@
-"""Run time: one queued call from approval to its result (DESIGN 3.3, 3.6, 3.7).
+"""Run time: one queued call from approval to its result.
+
+The user-facing story: docs/concepts.md, "Admission" and "Timeouts and
+cancellation".
 
 Theory of operation. ``run_call`` drives a call through its lifecycle:
 

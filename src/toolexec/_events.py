@@ -1,4 +1,4 @@
-"""Typed events and the sinks that receive them (DESIGN 3.8).
+"""Typed events and the sinks that receive them (docs/concepts.md, "Events").
 
 Events are frozen values. Every event names the agent path it happened in
 (``root``, ``root/researcher#2``) and the batch; times are trio clock times.

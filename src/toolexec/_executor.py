@@ -7,7 +7,7 @@ configuration; the work is done elsewhere:
    up, its arguments parsed and validated, hooks and the policy asked, its
    approval mode settled and its backend found. A failure at any step is a
    short-circuit: an error result at once, no permit, no split run. The rest
-   get a routing class (DESIGN 3.1) and the strategy cuts them into runs of
+   get a routing class (docs/concepts.md, "Routing") and the strategy cuts them into runs of
    one class, in emitted order (``_plan``).
 2. *Run* (``_batch.Batch``): runs one after another, serial runs call by
    call in emitted order, steering between runs, host cancel.
@@ -228,7 +228,10 @@ class ToolExecutor:
 
     @property
     def pools(self) -> Pools:
-        """The limiters this executor admits through (shared with forks as DESIGN 3.4)."""
+        """The limiters this executor admits through; forks share some of them.
+
+        Which ones: docs/concepts.md, "Forking for sub-agents".
+        """
         return self._runtime.pools
 
     # -- public API -------------------------------------------------------

@@ -1,6 +1,7 @@
 """Admission: class limiters, per-tool limiters, and how sub-agents fork them.
 
-Theory of operation (DESIGN 3.3, 3.4). Every executing call takes at most
+Theory of operation (for users: docs/concepts.md, "Admission" and "Forking
+for sub-agents"). Every executing call takes at most
 two permits, always in this order: its tool's limiter (only if the host set
 a cap for that name), then its class limiter. A forked executor (a
 sub-agent's) gets *fresh* concurrent-mutator and per-tool limiters and

@@ -1,4 +1,6 @@
-"""Strategies and the partition of a routed batch into runs (DESIGN 3.2, 3.5).
+"""Strategies and the partition of a routed batch into runs.
+
+The user-facing story: docs/concepts.md, "Runs" and "Strategies and steering".
 
 Pure functions over routing classes; no I/O, no trio. Short-circuited calls
 never appear in a run and never split one: they have no effect to order

@@ -1,4 +1,6 @@
-"""Plan time: decide, for each call, whether it runs and how (DESIGN 3.1, 3.6).
+"""Plan time: decide, for each call, whether it runs and how.
+
+The user-facing story: docs/concepts.md, "Routing", and docs/security.md.
 
 Theory of operation. ``Planner.plan_call`` walks a call through a fixed
 sequence of steps, all synchronous and free of I/O: look the tool up, parse

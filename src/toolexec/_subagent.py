@@ -1,6 +1,7 @@
 """Sub-agents: a tool that runs a child agent loop, and the limits of the tree.
 
-Theory of operation (DESIGN 3.4). ``SubAgentTool.execute`` asks the tree
+Theory of operation (for users: docs/concepts.md, "Forking for sub-agents").
+``SubAgentTool.execute`` asks the tree
 for a place (``AgentTree.enter``), which either refuses at once with a
 ``ToolError`` (a depth, children or size limit) or reserves a unique name
 such as ``researcher#2``. It then forks the parent's executor

@@ -54,7 +54,7 @@ class SideEffects(enum.Enum):
 
 
 class RoutingClass(enum.Enum):
-    """How the executor schedules one call (DESIGN 3.1)."""
+    """How the executor schedules one call (docs/concepts.md, "Routing")."""
 
     READ_ONLY = "read_only"
     CONCURRENT_MUT = "concurrent_mut"
