@@ -1,4 +1,4 @@
-"""The layers of DESIGN 1 and 6, read from the source: imports point inward only.
+"""The layers of the library, read from the source: imports point inward only.
 
 Every module of the package belongs to one layer. A module may import from
 its own layer and the layers below it, never above; the core imports nothing

@@ -1,4 +1,4 @@
-"""The seams of DESIGN 6 inside the executor: backends by sandbox name, and services."""
+"""The seams inside the executor: backends by sandbox name, and services."""
 
 from __future__ import annotations
 
