@@ -30,6 +30,7 @@ MODULES = {
     "toolexec.models": "Models and SDK adapters (extras `openai`, `anthropic`)",
     "toolexec.formats": "Provider wire formats",
     "toolexec.mcp": "MCP tool sources (extra `mcp`)",
+    "toolexec.openapi": "OpenAPI tool sources (extra `openapi`)",
     "toolexec.testing": "Test helpers",
 }
 
@@ -147,11 +148,11 @@ and registry, calls, results and content blocks, the tool protocol and
 agent loops and sub-agents, the workspace and the errors. Everything else
 lives in a public module named for its concern: `toolexec.events`,
 `toolexec.policy`, `toolexec.approval`, `toolexec.tools`, `toolexec.models`,
-`toolexec.formats`, `toolexec.mcp` and `toolexec.testing`. Each name lives in
-exactly one module, the one shown in its `repr` and in tracebacks; the one
-exception is `toolexec.policy`, which also lists the root's policy basics
-(`ToolPolicy`, `AllowAll`, `Allow`, `Deny`, `Ask`) as the same objects, so
-that a policy author finds everything in one place.
+`toolexec.formats`, `toolexec.mcp`, `toolexec.openapi` and `toolexec.testing`.
+Each name lives in exactly one module, the one shown in its `repr` and in
+tracebacks; the one exception is `toolexec.policy`, which also lists the
+root's policy basics (`ToolPolicy`, `AllowAll`, `Allow`, `Deny`, `Ask`) as
+the same objects, so that a policy author finds everything in one place.
 
 ```
 from toolexec import ToolExecutor, ToolRegistry, Workspace

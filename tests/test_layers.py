@@ -80,8 +80,8 @@ LAYERS: dict[str, str] = {
     ),
     # Agents: the model protocol, the loop, sub-agents.
     **dict.fromkeys(["_model", "_agent", "_subagent"], "agents"),
-    # Integrations: provider formats and SDK adapters, MCP, the testing aids.
-    **dict.fromkeys(["formats", "_adapters", "mcp", "testing"], "integrations"),
+    # Integrations: provider formats and SDK adapters, MCP, OpenAPI, the testing aids.
+    **dict.fromkeys(["formats", "_adapters", "mcp", "openapi", "testing"], "integrations"),
     "_cli": "cli",
     # The public face: re-exports only.
     **dict.fromkeys(

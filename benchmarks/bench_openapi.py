@@ -1,0 +1,150 @@
+"""What an OpenAPI tool call costs through the executor, over a raw ``httpx2`` request.
+
+Run: ``python benchmarks/bench_openapi.py`` (add ``--quick`` for fewer calls).
+Needs the ``openapi`` extra. It starts the test API
+(``tests/openapi_server.py``, uvicorn) in a subprocess on 127.0.0.1 and
+measures, against that one server:
+
+1. *sequential*: one ``getItem`` call at a time, through
+   ``ToolExecutor.execute_batch([call])`` versus ``AsyncClient.get`` of the
+   same URL on a client of its own, reading the body as text (what the tool
+   returns); both keep their connection alive;
+2. *batch of 10*: ten read-only ``getItem`` calls in one batch versus ten
+   raw requests started together in a nursery.
+
+Rounds of both sides alternate (which goes first alternates too) and each
+figure is the median round time, so background load hits both alike. The
+load average is printed with the figures. The ratio target is 1.2x.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import httpx2
+import trio
+
+from toolexec import ToolCall, ToolExecutor, ToolRegistry
+from toolexec.openapi import open_openapi_source
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
+
+SERVER = Path(__file__).parents[1] / "tests" / "openapi_server.py"
+TARGET = 1.2
+ARGS = {"item_id": "benchmark", "verbose": True}
+
+
+async def timed(fn: Callable[[], Awaitable[object]]) -> float:
+    """Seconds one round of ``fn`` takes."""
+    start = time.perf_counter()
+    await fn()
+    return time.perf_counter() - start
+
+
+async def compare(
+    label: str,
+    ours: Callable[[], Awaitable[object]],
+    raw: Callable[[], Awaitable[object]],
+    rounds: int,
+    per_round: int = 1,
+) -> float:
+    """Print and return the ratio of the median round times of ``ours`` and ``raw``."""
+    for _ in range(50):  # warm up both paths
+        await ours()
+        await raw()
+    ours_t: list[float] = []
+    raw_t: list[float] = []
+    for i in range(rounds):
+        if i % 2:
+            ours_t.append(await timed(ours))
+            raw_t.append(await timed(raw))
+        else:
+            raw_t.append(await timed(raw))
+            ours_t.append(await timed(ours))
+    a = statistics.median(ours_t) / per_round
+    b = statistics.median(raw_t) / per_round
+    ratio = a / b
+    verdict = "ok" if ratio <= TARGET else "ABOVE TARGET"
+    print(
+        f"{label:<34} {a * 1e6:9.0f} us {b * 1e6:9.0f} us {ratio:7.3f}x"
+        f"  (target {TARGET}x: {verdict})"
+    )
+    return ratio
+
+
+async def start_server() -> tuple[trio.Process, str]:
+    """The test API in a subprocess, and its base URL."""
+    process = await trio.lowlevel.open_process(
+        [sys.executable, str(SERVER)], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+    )
+    assert process.stdout is not None
+    buffer = b""
+    with trio.fail_after(30):
+        while b"\n" not in buffer:
+            chunk = await process.stdout.receive_some()
+            assert chunk, "the test API exited before listening"
+            buffer += chunk
+    word, port = buffer.split(b"\n", 1)[0].split()
+    assert word == b"PORT"
+    return process, f"http://127.0.0.1:{int(port)}"
+
+
+async def bench(url: str, rounds: int) -> None:
+    registry = ToolRegistry()
+    async with (
+        open_openapi_source(registry, f"{url}/openapi.json") as source,
+        httpx2.AsyncClient(base_url=url) as raw_client,
+    ):
+        assert "getItem" in source.tools
+        executor = ToolExecutor(registry)
+        one = [ToolCall("c0", "getItem", ARGS)]
+        ten = [ToolCall(f"c{i}", "getItem", ARGS) for i in range(10)]
+
+        async def raw_get() -> str:
+            response = await raw_client.get("/items/benchmark", params={"verbose": "true"})
+            return response.text
+
+        async def ours_one() -> object:
+            outcome = await executor.execute_batch(one)
+            assert not outcome.results[0].is_error, outcome.results[0].text
+            return outcome
+
+        async def ours_ten() -> object:
+            return await executor.execute_batch(ten)
+
+        async def raw_ten() -> None:
+            async with trio.open_nursery() as nursery:
+                for _ in range(10):
+                    nursery.start_soon(raw_get)
+
+        print(f"{'':<34} {'toolexec':>12} {'raw httpx2':>12} {'ratio':>8}")
+        await compare("sequential GET, per call", ours_one, raw_get, rounds)
+        await compare("batch of 10 GETs, per call", ours_ten, raw_ten, rounds // 5, 10)
+
+
+async def main(quick: bool) -> None:
+    rounds = 200 if quick else 1500
+    process, url = await start_server()
+    try:
+        await bench(url, rounds)
+    finally:
+        assert process.stdin is not None
+        await process.stdin.aclose()
+        with trio.fail_after(30):
+            await process.wait()
+    load = os.getloadavg()
+    print(f"load average after the runs: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="fewer calls and samples")
+    trio.run(main, parser.parse_args().quick)
