@@ -131,6 +131,16 @@ GROUPS: dict[str, dict[str, list[str]]] = {
         ],
         "Hooks": ["CallHook", "HookDecision", "Skip", "Rewrite"],
     },
+    "toolexec.testing": {
+        "Scripted model": [
+            "ScriptedModel",
+            "ScriptedRequest",
+            "Step",
+            "ScriptExhaustedError",
+            "tool_call",
+        ],
+        "Strategies (hypothesis)": ["tool_calls", "tool_arguments"],
+    },
 }
 
 HEADER = """\

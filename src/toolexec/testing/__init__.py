@@ -1,4 +1,4 @@
-"""Helpers for testing code built on toolexec: a deterministic, scripted model.
+"""Helpers for testing code built on toolexec: a scripted model, and call strategies.
 
 ``ScriptedModel`` answers from a list of steps, one per model call, so an
 agent loop (or a whole tree of them) runs the same way every time without an
@@ -11,16 +11,60 @@ LLM::
         lambda messages: f"Found: {messages[-1].tool_results[0].text}",  # turn 2
     ])
 
-When the script runs out, ``respond`` raises ``ScriptExhaustedError`` naming
-the conversation's last message, so a loop that runs longer than the test
-expected fails loudly instead of hanging or inventing answers.
+``tool_calls`` and ``tool_arguments`` are hypothesis strategies that draw
+batches of calls over your registry, and arguments from a tool's schema.
+
+Theory of operation. Hypothesis is a test dependency, not a dependency of
+toolexec: ``ScriptedModel`` and ``tool_call`` are imported with this
+module, while ``tool_calls`` and ``tool_arguments`` load their private
+modules (which import hypothesis) the first time one of them is used,
+through the module ``__getattr__``. Without hypothesis installed,
+importing this module works and only those names raise ``ImportError``.
 """
 
 from __future__ import annotations
 
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from .._public import fixup_module_metadata as _fixup_module_metadata
 from ._scripted import ScriptedModel, ScriptedRequest, ScriptExhaustedError, Step, tool_call
 
-__all__ = ["ScriptExhaustedError", "ScriptedModel", "ScriptedRequest", "Step", "tool_call"]
+if TYPE_CHECKING:
+    from ._schemas import tool_arguments
+    from ._strategies import tool_calls
 
-_fixup_module_metadata(__name__, __all__)
+__all__ = [
+    "ScriptExhaustedError",
+    "ScriptedModel",
+    "ScriptedRequest",
+    "Step",
+    "tool_arguments",
+    "tool_call",
+    "tool_calls",
+]
+
+# The names that need hypothesis, and the private module holding each.
+_LAZY = {
+    "tool_arguments": "._schemas",
+    "tool_calls": "._strategies",
+}
+
+
+def __getattr__(name: str) -> Any:
+    """Load a name that needs hypothesis the first time it is used."""
+    if name not in _LAZY:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    try:
+        module = importlib.import_module(_LAZY[name], __name__)
+    except ImportError as exc:
+        raise ImportError(
+            f"toolexec.testing.{name} needs hypothesis: pip install hypothesis (or toolexec[test])"
+        ) from exc
+    value = getattr(module, name)
+    globals()[name] = value
+    _fixup_module_metadata(__name__, [name])
+    return value
+
+
+_fixup_module_metadata(__name__, [n for n in __all__ if n not in _LAZY])
