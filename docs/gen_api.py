@@ -139,7 +139,15 @@ GROUPS: dict[str, dict[str, list[str]]] = {
             "ScriptExhaustedError",
             "tool_call",
         ],
-        "Strategies (hypothesis)": ["tool_calls", "tool_arguments"],
+        "Ordering checks (hypothesis)": [
+            "check_ordering",
+            "OrderingMachine",
+            "check_batch",
+            "OrderingError",
+            "Expected",
+            "tool_calls",
+            "tool_arguments",
+        ],
     },
 }
 
