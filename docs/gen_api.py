@@ -132,6 +132,24 @@ GROUPS: dict[str, dict[str, list[str]]] = {
         ],
         "Hooks": ["CallHook", "HookDecision", "Skip", "Rewrite"],
     },
+    "toolexec.testing": {
+        "Scripted model": [
+            "ScriptedModel",
+            "ScriptedRequest",
+            "Step",
+            "ScriptExhaustedError",
+            "tool_call",
+        ],
+        "Ordering checks (hypothesis)": [
+            "check_ordering",
+            "OrderingMachine",
+            "check_batch",
+            "OrderingError",
+            "Expected",
+            "tool_calls",
+            "tool_arguments",
+        ],
+    },
 }
 
 HEADER = """\

@@ -1,7 +1,13 @@
-"""Every ```python block in these pages runs, in order, as one program per page."""
+"""Every ```python block in these pages runs, in order, as one program per page.
+
+A ```python block followed by an ```output block must print exactly that
+text, so an output shown in the docs is what the code prints.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
 import re
 from pathlib import Path
@@ -10,18 +16,40 @@ from typing import Any
 import pytest
 
 DOCS = Path(__file__).parent.parent / "docs"
-PAGES = ["concepts.md", "security.md"]
+PAGES = ["concepts.md", "security.md", "testing.md"]
+
+FENCE = re.compile(r"^```(python|output)\n(.*?)^```", flags=re.DOTALL | re.MULTILINE)
 
 
-def blocks(page: str) -> list[str]:
-    return re.findall(r"```python\n(.*?)```", (DOCS / page).read_text(), flags=re.DOTALL)
+def run_page(text: str, filename: str) -> None:
+    """Run the page's python blocks in one namespace; check each output block."""
+    namespace: dict[str, Any] = {"__name__": f"docs_{Path(filename).name}"}
+    printed = None
+    ran = False
+    for match in FENCE.finditer(text):
+        kind, block = match[1], match[2]
+        line = text.count("\n", 0, match.start()) + 2
+        if kind == "output":
+            assert printed == block, f"{filename}:{line}: the code above prints {printed!r}"
+            continue
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            exec(compile("\n" * (line - 1) + block, filename, "exec"), namespace)
+        printed, ran = out.getvalue(), True
+    assert ran, f"{filename} has no examples"
 
 
 @pytest.mark.parametrize("page", PAGES)
 def test_page_examples_run(page: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    code = blocks(page)
-    assert code, f"{page} has no examples"
     monkeypatch.chdir(tmp_path)  # examples may write files
-    namespace: dict[str, Any] = {"__name__": f"docs_{page}"}
-    exec(compile("\n".join(code), str(DOCS / page), "exec"), namespace)
+    run_page((DOCS / page).read_text(), str(DOCS / page))
     assert os.getcwd() == str(tmp_path)
+
+
+def test_an_output_block_is_compared_with_what_its_code_prints() -> None:
+    page = "```python\nprint('yes')\n```\n\nprints:\n\n```output\n{}\n```\n"
+    run_page(page.format("yes"), "ok.md")
+    with pytest.raises(AssertionError, match=r"bad.md:8: the code above prints 'yes\\n'"):
+        run_page(page.format("no"), "bad.md")
+    with pytest.raises(AssertionError, match="has no examples"):
+        run_page("no code here", "empty.md")

@@ -1,4 +1,4 @@
-"""Helpers for testing code built on toolexec: a deterministic, scripted model.
+"""A deterministic, scripted model, so agent loops run the same way in every test.
 
 ``ScriptedModel`` answers from a list of steps, one per model call, so an
 agent loop (or a whole tree of them) runs the same way every time without an
@@ -25,9 +25,9 @@ from typing import Any, TypeAlias
 
 import attrs
 
-from ._errors import ToolexecError
-from ._model import Message, ModelResponse
-from ._types import ToolCall, ToolDefinition
+from .._errors import ToolexecError
+from .._model import Message, ModelResponse
+from .._types import ToolCall, ToolDefinition
 
 __all__ = ["ScriptExhaustedError", "ScriptedModel", "ScriptedRequest", "Step", "tool_call"]
 
