@@ -305,6 +305,35 @@ async def test_trace_phases_follow_the_executor_on_a_mock_clock(autojump_clock: 
     assert runs == [("run 0 read_only", 0), ("run 1 serial_mut", 2)]
 
 
+async def test_a_call_answered_at_plan_time_has_a_zero_length_slice() -> None:
+    """On the real clock: the slice does not span the time other calls took to plan."""
+    from toolexec import SideEffects, ToolCall, ToolExecutor, ToolRegistry, function_tool
+    from toolexec._trace import TraceRecorder
+
+    @function_tool(side_effects=SideEffects.READ)
+    async def look(n: int) -> str:
+        """Read."""
+        await trio.lowlevel.checkpoint()
+        return "seen"
+
+    registry = ToolRegistry()
+    registry.register(look)
+    recorder = TraceRecorder()
+    calls = [ToolCall(f"ok{i}", "look", {"n": i}) for i in range(50)]
+    calls += [ToolCall("unknown", "nope", {}), ToolCall("bad", "look", {"n": "x"})]
+    await ToolExecutor(registry, sinks=[recorder]).execute_batch(calls)
+
+    slices = [e for e in recorder.chrome_trace()["traceEvents"] if e["ph"] == "X"]
+    short = {e["args"]["call_id"]: e for e in slices if e["cat"] == "call"}
+    assert short["unknown"]["dur"] == short["bad"]["dur"] == 0
+    lanes = {short["unknown"]["tid"], short["bad"]["tid"]}
+    assert [e["name"] for e in slices if e["tid"] in lanes and e["cat"] != "call"] == []
+    # The calls that ran have phases; a wait before one started is "queued / permit".
+    ran = {e["name"] for e in slices if e["tid"] not in lanes | {0} and e["cat"] != "call"}
+    assert "execute" in ran
+    assert ran <= {"execute", "queued / permit"}
+
+
 def test_an_unexpected_failure_exits_1_and_asks_for_a_report(
     workspace: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

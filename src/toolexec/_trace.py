@@ -8,8 +8,11 @@ each call gets a thread of its own holding exactly one ``call`` slice (from
 the moment its run began, or the plan for a short-circuited call, until its
 result), with nested slices for the time it spent ``queued`` (its turn in a
 serial run, or before an approval prompt), waiting for ``approval``, in
-``wait for permit`` (limiters), and ``execute`` (the tool running).
-Timestamps are microseconds since the first event.
+``wait for permit`` (limiters), and ``execute`` (the tool running). Without
+an approval step the wait before ``execute`` is one ``queued / permit``
+slice: a turn in a serial run and a permit look the same from the events.
+A call answered at plan time (unknown tool, bad arguments, a denial) gets a
+zero-length slice when its result is given. Timestamps are microseconds since the first event.
 """
 
 from __future__ import annotations
@@ -79,6 +82,7 @@ class _Builder:
     calls: dict[tuple[str, str], _Call] = attrs.field(factory=dict)
     open_runs: dict[tuple[str, int], tuple[float, str]] = attrs.field(factory=dict)
     batches: dict[str, float] = attrs.field(factory=dict)
+    answered_at_plan: set[tuple[str, str]] = attrs.field(factory=set)
 
     def us(self, t: float) -> float:
         return round((t - self.origin) * 1e6, 3)
@@ -136,6 +140,8 @@ class _Builder:
 
     def planned(self, event: BatchPlanned) -> None:
         self.batches[event.batch_id] = event.time
+        short = event.plan.short_circuited_ids
+        self.answered_at_plan.update((event.batch_id, cid) for cid in short)
         for run in event.plan.runs:
             for cid, tool in zip(run.call_ids, run.tool_names, strict=True):
                 self.call(event.agent_path, event.batch_id, cid, tool)
@@ -162,7 +168,8 @@ class _Builder:
         if isinstance(event, CallFailed):
             call.outcome = event.error_class.value
         begin = call.ready if call.ready is not None else self.batches.get(event.batch_id)
-        begin = event.time if begin is None else begin
+        if begin is None or (event.batch_id, event.call_id) in self.answered_at_plan:
+            begin = event.time  # it never waited: its result was given when the batch began
         self.slice(
             pid,
             call.lane,
