@@ -37,11 +37,15 @@ from openai.types.chat import (  # noqa: E402
     ChatCompletion,
     ChatCompletionFunctionToolParam,
     ChatCompletionMessageParam,
+    ChatCompletionToolMessageParam,
 )
 from openai.types.responses import (  # noqa: E402
     FunctionToolParam,
     Response,
     ResponseInputItemParam,
+)
+from openai.types.responses.response_input_item_param import (  # noqa: E402
+    FunctionCallOutput,
 )
 
 # -- helpers ------------------------------------------------------------------
@@ -336,10 +340,31 @@ def test_content_blocks_render_per_provider() -> None:
         {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": png}},
     ]
     assert_valid_param(MessageParam, formats.render_results([result], "anthropic")[0])
+    item = formats.render_results([result], "openai-responses")[0]
+    assert item["output"] == [
+        {"type": "input_text", "text": "see"},
+        {"type": "input_text", "text": '{"w": 2}'},
+        {"type": "input_image", "image_url": f"data:image/png;base64,{png}"},
+    ]
+    assert_valid_param(FunctionCallOutput, item)
     empty = ToolResult("c2", "quiet", (TextContent(""),))
     assert formats.render_results([empty], "anthropic")[0]["content"] == [
         {"type": "tool_result", "tool_use_id": "c2", "is_error": False}
     ]
+
+
+def test_an_error_with_an_image_opens_with_an_error_part_in_responses() -> None:
+    shot = ImageContent("iVBORw0KGgo=", "image/webp")
+    failed = ToolResult("c1", "shot", (shot,), is_error=True)
+    (item,) = formats.render_results([failed], "openai-responses")
+    assert item["output"] == [
+        {"type": "input_text", "text": "Error:"},
+        {"type": "input_image", "image_url": "data:image/webp;base64,iVBORw0KGgo="},
+    ]
+    assert_valid_param(FunctionCallOutput, item)
+    (chat,) = formats.render_results([failed], "openai-chat")
+    assert chat["content"] == "Error: [image image/webp, 9 bytes, not shown]"
+    assert_valid_param(ChatCompletionToolMessageParam, chat)
 
 
 def test_tool_definitions_render_as_each_provider_schema() -> None:
@@ -419,7 +444,7 @@ def test_formats_doc_examples_run() -> None:
         ((JsonContent(5),), "5"),
         ((JsonContent({"n": "é"}),), '{"n": "é"}'),
         ((TextContent("a"), JsonContent([1, 2])), "a\n[1, 2]"),
-        ((ImageContent("AAAA", "image/png"),), "[image image/png, 3 bytes, not shown]"),
+        ((ImageContent("AAAA", "image/bmp"),), "[image image/bmp, 3 bytes, not shown]"),
         ((), ""),
     ],
 )

@@ -372,6 +372,27 @@ def _anthropic_result(result: ToolResult) -> dict[str, Any]:
     return rendered
 
 
+def _sendable_image(block: ContentBlock) -> bool:
+    return isinstance(block, ImageContent) and block.mime_type in _IMAGE_TYPES
+
+
+def _responses_part(block: ContentBlock) -> dict[str, Any]:
+    if isinstance(block, ImageContent) and _sendable_image(block):
+        url = f"data:{block.mime_type};base64,{block.data}"
+        return {"type": "input_image", "image_url": url}
+    return {"type": "input_text", "text": block_text(block)}
+
+
+def _responses_output(result: ToolResult) -> str | list[dict[str, Any]]:
+    """Text alone as a string; with an image, a list of input_text/input_image parts."""
+    if not any(map(_sendable_image, result.content)):
+        return _result_text(result)
+    parts = [_responses_part(b) for b in result.content]
+    if result.is_error:
+        parts.insert(0, {"type": "input_text", "text": "Error:"})
+    return parts
+
+
 def render_results(results: Iterable[ToolResult], format: FormatName | str) -> list[dict[str, Any]]:
     """Render results as the messages (or input items) to send back, in call order.
 
@@ -381,8 +402,13 @@ def render_results(results: Iterable[ToolResult], format: FormatName | str) -> l
       result, with ``is_error``; an empty list when there are no results.
 
     The OpenAI formats have no error flag, so an error result's text is
-    prefixed with ``"Error: "``. JSON content is sent as JSON text; an image
-    is sent as an image where the format allows it, else as a short note.
+    prefixed with ``"Error: "`` (an ``"Error:"`` text part first when the
+    output is a list of parts). JSON content is sent as JSON text. A PNG,
+    JPEG, GIF or WebP image is sent as an image to Anthropic (an ``image``
+    block) and to Responses (the output becomes a list of ``input_text`` and
+    ``input_image`` parts, the image as a ``data:`` URL); Chat Completions
+    tool messages take text only, so there (and for other image types) an
+    image is a short note such as ``[image image/png, 9 bytes, not shown]``.
     """
     name = _check_format(format)
     results = list(results)
@@ -392,7 +418,7 @@ def render_results(results: Iterable[ToolResult], format: FormatName | str) -> l
         ]
     if name == "openai-responses":
         return [
-            {"type": "function_call_output", "call_id": r.call_id, "output": _result_text(r)}
+            {"type": "function_call_output", "call_id": r.call_id, "output": _responses_output(r)}
             for r in results
         ]
     if not results:
