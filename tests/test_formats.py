@@ -432,7 +432,7 @@ def test_undetectable_and_unknown_formats() -> None:
 def test_formats_doc_examples_run() -> None:
     page = (Path(__file__).parent.parent / "docs" / "formats.md").read_text()
     blocks = re.findall(r"```python\n(.*?)```", page, flags=re.DOTALL)
-    assert len(blocks) == 4
+    assert len(blocks) == 5
     namespace: dict[str, Any] = {"__name__": "formats_doc"}
     for block in blocks:
         exec(compile(block, "docs/formats.md", "exec"), namespace)

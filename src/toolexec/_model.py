@@ -57,6 +57,13 @@ class ProviderBlock:
     the same ``format`` puts them back where that provider requires; other
     formats drop them.
 
+    Example::
+
+        response = formats.parse_response(anthropic_message)
+        response.provider_blocks[0].data["type"]      # "thinking"
+        formats.render_assistant(response.text, response.tool_calls, "anthropic",
+                                 provider_blocks=response.provider_blocks)
+
     Attributes:
         format: the ``formats.FORMATS`` name the block belongs to.
         data: the block's JSON as the provider sent it (a private copy).
