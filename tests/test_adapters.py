@@ -20,10 +20,12 @@ from pydantic import TypeAdapter
 
 from toolexec import (
     AgentLoop,
+    ImageContent,
     SideEffects,
     TextContent,
     ToolCall,
     ToolExecutor,
+    ToolOutput,
     ToolRegistry,
     ToolResult,
     function_tool,
@@ -481,6 +483,50 @@ async def test_reasoning_state_is_dropped_for_another_provider(stub: Stub) -> No
         await client.close()
     _, _, body = stub.requests[0]
     assert body["messages"][1] == {"role": "assistant", "content": "Hello."}
+
+
+PNG = "iVBORw0KGgo="
+
+
+def screenshot_executor() -> ToolExecutor:
+    @function_tool(side_effects=SideEffects.READ)
+    def screenshot() -> ToolOutput:
+        """Take a screenshot."""
+        return ToolOutput((TextContent("the page"), ImageContent(PNG, "image/png")))
+
+    registry = ToolRegistry()
+    registry.register(screenshot)
+    return ToolExecutor(registry)
+
+
+async def test_an_image_result_reaches_responses_as_input_image(stub: Stub) -> None:
+    from openai.types.responses import ResponseInputParam
+
+    call = {
+        "id": "fc_s",
+        "type": "function_call",
+        "call_id": "call_s",
+        "name": "screenshot",
+        "arguments": "{}",
+        "status": "completed",
+    }
+    stub.replies = [{**responses_replies()[0], "output": [call]}, responses_replies()[1]]
+    client, model = PROVIDERS["openai-responses"][1](stub.port)
+    try:
+        result = await AgentLoop(model, screenshot_executor()).run("What does the page show?")
+    finally:
+        await client.close()
+
+    assert result.finished
+    _, _, second = stub.requests[1]
+    (output,) = [i for i in second["input"] if i.get("type") == "function_call_output"]
+    assert output["output"] == [
+        {"type": "input_text", "text": "the page"},
+        {"type": "input_image", "image_url": f"data:image/png;base64,{PNG}"},
+    ]
+    adapter = TypeAdapter(ResponseInputParam)
+    validated: list[Any] = list(adapter.validate_python(second["input"]))
+    assert [part["type"] for part in validated[-1]["output"]] == ["input_text", "input_image"]
 
 
 async def test_anthropic_system_and_steering_turns_are_merged() -> None:
