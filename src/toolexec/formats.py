@@ -486,7 +486,7 @@ def _arguments_object(call: ToolCall) -> dict[str, Any]:
 def _placed(
     blocks: Sequence[ProviderBlock], opening: list[dict[str, Any]], calls: list[dict[str, Any]]
 ) -> list[dict[str, Any]]:
-    """Blocks at their positions: position 0 before the opening, ``i`` after call ``i``."""
+    """Blocks in place: position 0 before the opening, position i after the i-th call."""
     slots: list[list[dict[str, Any]]] = [[] for _ in range(len(calls) + 1)]
     for block in blocks:
         slots[min(block.position, len(calls))].append(copy.deepcopy(dict(block.data)))
