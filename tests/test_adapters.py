@@ -20,15 +20,23 @@ from pydantic import TypeAdapter
 
 from toolexec import (
     AgentLoop,
+    ImageContent,
     SideEffects,
     TextContent,
     ToolCall,
     ToolExecutor,
+    ToolOutput,
     ToolRegistry,
     ToolResult,
     function_tool,
 )
-from toolexec.models import AnthropicModel, Message, OpenAIChatModel, OpenAIResponsesModel
+from toolexec.models import (
+    AnthropicModel,
+    Message,
+    OpenAIChatModel,
+    OpenAIResponsesModel,
+    ProviderBlock,
+)
 
 openai = pytest.importorskip("openai")
 anthropic = pytest.importorskip("anthropic")
@@ -315,6 +323,210 @@ async def test_agent_loop_completes_two_turns_through_the_sdk(stub: Stub, provid
     adapter = TypeAdapter(param_type)
     validated = adapter.validate_python(second[key])
     assert len(list(validated)) == len(second[key])
+
+
+# -- reasoning state survives the loop --------------------------------------------
+
+
+def anthropic_thinking_replies() -> list[dict[str, Any]]:
+    """Turn one as the SDK's own model objects: thinking, redacted thinking, text, tools."""
+    from anthropic.types import Message as SDKMessage
+    from anthropic.types import (
+        RedactedThinkingBlock,
+        TextBlock,
+        ThinkingBlock,
+        ToolUseBlock,
+    )
+    from anthropic.types import Usage as SDKUsage
+
+    first = SDKMessage(
+        id="msg_1",
+        type="message",
+        role="assistant",
+        model="claude-test",
+        content=[
+            ThinkingBlock(type="thinking", thinking="Write, then read.", signature="c2lnLTE="),
+            RedactedThinkingBlock(type="redacted_thinking", data="RU5DUllQVEVE"),
+            TextBlock(type="text", text="On it."),
+            ToolUseBlock(type="tool_use", id="call_w", name="write_note", input=dict(WRITE_ARGS)),
+            ToolUseBlock(type="tool_use", id="call_r", name="read_note", input=dict(READ_ARGS)),
+        ],
+        stop_reason="tool_use",
+        stop_sequence=None,
+        usage=SDKUsage(input_tokens=10, output_tokens=5),
+    )
+    return [first.model_dump(mode="json"), anthropic_replies()[1]]
+
+
+THINKING = {"type": "thinking", "thinking": "Write, then read.", "signature": "c2lnLTE="}
+REDACTED = {"type": "redacted_thinking", "data": "RU5DUllQVEVE"}
+
+
+async def test_anthropic_thinking_blocks_go_back_first_and_unchanged(stub: Stub) -> None:
+    from anthropic.types import MessageParam
+
+    stub.replies = anthropic_thinking_replies()
+    client, model = PROVIDERS["anthropic"][1](stub.port)
+    executor, _ = make_executor()
+    try:
+        result = await AgentLoop(model, executor).run("Set my todo note and read it back.")
+    finally:
+        await client.close()
+
+    assert result.finished
+    assert result.transcript[1].provider_blocks == (
+        ProviderBlock("anthropic", THINKING),
+        ProviderBlock("anthropic", REDACTED),
+    )
+    _, _, second = stub.requests[1]
+    user, assistant, results = second["messages"]
+    assert user["role"] == "user"
+    assert assistant["role"] == "assistant"
+    assert assistant["content"][:2] == [THINKING, REDACTED]  # first, byte for byte
+    assert [b["type"] for b in assistant["content"][2:]] == ["text", "tool_use", "tool_use"]
+    assert results["role"] == "user"
+    assert [b["type"] for b in results["content"]] == ["tool_result", "tool_result"]
+    adapter = TypeAdapter(list[MessageParam])
+    validated = adapter.validate_python(second["messages"])
+    assert list(validated[1]["content"])[:2] == [THINKING, REDACTED]
+
+
+def responses_reasoning_replies() -> list[dict[str, Any]]:
+    """Turn one as the SDK's own model objects: a reasoning item, then two calls."""
+    from openai.types.responses import (
+        Response,
+        ResponseFunctionToolCall,
+        ResponseReasoningItem,
+    )
+    from openai.types.responses.response_reasoning_item import Summary
+
+    template = responses_replies()[0]
+    first = Response.model_validate(
+        {
+            **template,
+            "output": [
+                ResponseReasoningItem(
+                    id="rs_1",
+                    type="reasoning",
+                    summary=[Summary(type="summary_text", text="Write, then read.")],
+                    encrypted_content="gAAAAB-opaque-state",
+                ),
+                *(
+                    ResponseFunctionToolCall(
+                        id=f"fc_{i}",
+                        type="function_call",
+                        call_id=i,
+                        name=n,
+                        arguments=json.dumps(a),
+                        status="completed",
+                    )
+                    for i, n, a in [
+                        ("call_w", "write_note", WRITE_ARGS),
+                        ("call_r", "read_note", READ_ARGS),
+                    ]
+                ),
+            ],
+        }
+    )
+    return [first.model_dump(mode="json"), responses_replies()[1]]
+
+
+REASONING = {
+    "id": "rs_1",
+    "type": "reasoning",
+    "summary": [{"type": "summary_text", "text": "Write, then read."}],
+    "encrypted_content": "gAAAAB-opaque-state",
+}
+
+
+async def test_responses_reasoning_item_precedes_its_calls_unchanged(stub: Stub) -> None:
+    from openai.types.responses import ResponseInputParam
+
+    stub.replies = responses_reasoning_replies()
+    client, model = PROVIDERS["openai-responses"][1](stub.port)
+    executor, _ = make_executor()
+    try:
+        result = await AgentLoop(model, executor).run("Set my todo note and read it back.")
+    finally:
+        await client.close()
+
+    assert result.finished
+    assert result.transcript[1].provider_blocks == (ProviderBlock("openai-responses", REASONING),)
+    _, _, second = stub.requests[1]
+    kinds = [item.get("type", item.get("role")) for item in second["input"]]
+    assert kinds == [
+        "user",
+        "reasoning",
+        "function_call",
+        "function_call",
+        "function_call_output",
+        "function_call_output",
+    ]
+    assert second["input"][1] == REASONING  # unchanged, encrypted_content included
+    adapter = TypeAdapter(ResponseInputParam)
+    validated: list[Any] = list(adapter.validate_python(second["input"]))
+    assert validated[1]["encrypted_content"] == "gAAAAB-opaque-state"
+
+
+async def test_reasoning_state_is_dropped_for_another_provider(stub: Stub) -> None:
+    """A thinking block is signed for Anthropic: a Chat Completions request never carries it."""
+    stub.replies = chat_replies()[1:]
+    client, model = PROVIDERS["openai-chat"][1](stub.port)
+    conversation = [
+        Message("user", "hi"),
+        Message("assistant", "Hello.", provider_blocks=(ProviderBlock("anthropic", THINKING),)),
+        Message("user", "and now?"),
+    ]
+    try:
+        await model.respond(conversation, [])
+    finally:
+        await client.close()
+    _, _, body = stub.requests[0]
+    assert body["messages"][1] == {"role": "assistant", "content": "Hello."}
+
+
+PNG = "iVBORw0KGgo="
+
+
+def screenshot_executor() -> ToolExecutor:
+    @function_tool(side_effects=SideEffects.READ)
+    def screenshot() -> ToolOutput:
+        """Take a screenshot."""
+        return ToolOutput((TextContent("the page"), ImageContent(PNG, "image/png")))
+
+    registry = ToolRegistry()
+    registry.register(screenshot)
+    return ToolExecutor(registry)
+
+
+async def test_an_image_result_reaches_responses_as_input_image(stub: Stub) -> None:
+    from openai.types.responses import ResponseInputParam
+
+    call = {
+        "id": "fc_s",
+        "type": "function_call",
+        "call_id": "call_s",
+        "name": "screenshot",
+        "arguments": "{}",
+        "status": "completed",
+    }
+    stub.replies = [{**responses_replies()[0], "output": [call]}, responses_replies()[1]]
+    client, model = PROVIDERS["openai-responses"][1](stub.port)
+    try:
+        result = await AgentLoop(model, screenshot_executor()).run("What does the page show?")
+    finally:
+        await client.close()
+
+    assert result.finished
+    _, _, second = stub.requests[1]
+    (output,) = [i for i in second["input"] if i.get("type") == "function_call_output"]
+    assert output["output"] == [
+        {"type": "input_text", "text": "the page"},
+        {"type": "input_image", "image_url": f"data:image/png;base64,{PNG}"},
+    ]
+    adapter = TypeAdapter(ResponseInputParam)
+    validated: list[Any] = list(adapter.validate_python(second["input"]))
+    assert [part["type"] for part in validated[-1]["output"]] == ["input_text", "input_image"]
 
 
 async def test_anthropic_system_and_steering_turns_are_merged() -> None:

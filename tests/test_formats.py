@@ -26,6 +26,7 @@ from toolexec import (
     function_tool,
 )
 from toolexec.formats import FormatError
+from toolexec.models import ProviderBlock
 
 openai_types = pytest.importorskip("openai.types")
 anthropic_types = pytest.importorskip("anthropic.types")
@@ -36,11 +37,15 @@ from openai.types.chat import (  # noqa: E402
     ChatCompletion,
     ChatCompletionFunctionToolParam,
     ChatCompletionMessageParam,
+    ChatCompletionToolMessageParam,
 )
 from openai.types.responses import (  # noqa: E402
     FunctionToolParam,
     Response,
     ResponseInputItemParam,
+)
+from openai.types.responses.response_input_item_param import (  # noqa: E402
+    FunctionCallOutput,
 )
 
 # -- helpers ------------------------------------------------------------------
@@ -335,10 +340,31 @@ def test_content_blocks_render_per_provider() -> None:
         {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": png}},
     ]
     assert_valid_param(MessageParam, formats.render_results([result], "anthropic")[0])
+    item = formats.render_results([result], "openai-responses")[0]
+    assert item["output"] == [
+        {"type": "input_text", "text": "see"},
+        {"type": "input_text", "text": '{"w": 2}'},
+        {"type": "input_image", "image_url": f"data:image/png;base64,{png}"},
+    ]
+    assert_valid_param(FunctionCallOutput, item)
     empty = ToolResult("c2", "quiet", (TextContent(""),))
     assert formats.render_results([empty], "anthropic")[0]["content"] == [
         {"type": "tool_result", "tool_use_id": "c2", "is_error": False}
     ]
+
+
+def test_an_error_with_an_image_opens_with_an_error_part_in_responses() -> None:
+    shot = ImageContent("iVBORw0KGgo=", "image/webp")
+    failed = ToolResult("c1", "shot", (shot,), is_error=True)
+    (item,) = formats.render_results([failed], "openai-responses")
+    assert item["output"] == [
+        {"type": "input_text", "text": "Error:"},
+        {"type": "input_image", "image_url": "data:image/webp;base64,iVBORw0KGgo="},
+    ]
+    assert_valid_param(FunctionCallOutput, item)
+    (chat,) = formats.render_results([failed], "openai-chat")
+    assert chat["content"] == "Error: [image image/webp, 9 bytes, not shown]"
+    assert_valid_param(ChatCompletionToolMessageParam, chat)
 
 
 def test_tool_definitions_render_as_each_provider_schema() -> None:
@@ -406,7 +432,7 @@ def test_undetectable_and_unknown_formats() -> None:
 def test_formats_doc_examples_run() -> None:
     page = (Path(__file__).parent.parent / "docs" / "formats.md").read_text()
     blocks = re.findall(r"```python\n(.*?)```", page, flags=re.DOTALL)
-    assert len(blocks) == 4
+    assert len(blocks) == 5
     namespace: dict[str, Any] = {"__name__": "formats_doc"}
     for block in blocks:
         exec(compile(block, "docs/formats.md", "exec"), namespace)
@@ -418,7 +444,7 @@ def test_formats_doc_examples_run() -> None:
         ((JsonContent(5),), "5"),
         ((JsonContent({"n": "é"}),), '{"n": "é"}'),
         ((TextContent("a"), JsonContent([1, 2])), "a\n[1, 2]"),
-        ((ImageContent("AAAA", "image/png"),), "[image image/png, 3 bytes, not shown]"),
+        ((ImageContent("AAAA", "image/bmp"),), "[image image/bmp, 3 bytes, not shown]"),
         ((), ""),
     ],
 )
@@ -444,3 +470,113 @@ async def test_a_tool_returning_a_number_reads_the_same_in_text_and_message() ->
     (result,) = (await ToolExecutor(registry).execute_batch([ToolCall("1", "five")])).results
     assert result.text == "5"
     assert formats.render_results([result], "openai-chat")[0]["content"] == "5"
+
+
+# -- reasoning state ------------------------------------------------------------
+
+THINKING = {"type": "thinking", "thinking": "Read first.", "signature": "c2lnLTE="}
+REDACTED = {"type": "redacted_thinking", "data": "RU5DUllQVEVE"}
+
+
+def anthropic_thinking_message() -> dict[str, Any]:
+    raw = anthropic_message()
+    raw["content"] = [THINKING, REDACTED, *raw["content"][:3]]
+    return raw
+
+
+def reasoning(n: int) -> dict[str, Any]:
+    return {
+        "id": f"rs_{n}",
+        "type": "reasoning",
+        "summary": [{"type": "summary_text", "text": f"step {n}"}],
+        "encrypted_content": f"gAAAA-{n}",
+    }
+
+
+def test_anthropic_thinking_round_trips_first_and_unchanged() -> None:
+    parsed = formats.parse_response(AnthropicMessage.model_validate(anthropic_thinking_message()))
+    assert parsed.provider_blocks == (
+        ProviderBlock("anthropic", THINKING),
+        ProviderBlock("anthropic", REDACTED),
+    )
+    (turn,) = formats.render_assistant(
+        parsed.text, parsed.tool_calls, "anthropic", provider_blocks=parsed.provider_blocks
+    )
+    assert turn["content"][:3] == [THINKING, REDACTED, {"type": "text", "text": "Let me look."}]
+    assert [b["type"] for b in turn["content"][3:]] == ["tool_use", "tool_use"]
+    assert_valid_param(MessageParam, turn)
+    again = formats.parse_response(turn, "anthropic")
+    assert (again.text, again.tool_calls, again.provider_blocks) == (
+        parsed.text,
+        parsed.tool_calls,
+        parsed.provider_blocks,
+    )
+
+
+def test_responses_reasoning_round_trips_before_the_calls_it_led_to() -> None:
+    raw = responses_response()
+    fc1, fc2, fc3 = raw["output"][1:]
+    raw["output"] = [reasoning(1), fc1, fc2, reasoning(2), fc3]
+    parsed = formats.parse_response(Response.model_validate(raw))
+    assert [(b.data["id"], b.position) for b in parsed.provider_blocks] == [
+        ("rs_1", 0),
+        ("rs_2", 2),
+    ]
+    items = formats.render_assistant(
+        "", parsed.tool_calls, "openai-responses", provider_blocks=parsed.provider_blocks
+    )
+    assert [i.get("id", i.get("call_id")) for i in items] == [
+        "rs_1",
+        "call_r1",
+        "call_r2",
+        "rs_2",
+        "call_r3",
+    ]
+    assert items[0] == reasoning(1)
+    for item in items:
+        assert_valid_param(ResponseInputItemParam, item)
+    again = formats.parse_response({"output": items}, "openai-responses")
+    assert again == parsed.__class__(
+        parsed.text, parsed.tool_calls, again.usage, parsed.provider_blocks
+    )
+
+
+def test_reasoning_opens_the_responses_turn_before_its_text() -> None:
+    blocks = (ProviderBlock("openai-responses", reasoning(1)),)
+    items = formats.render_assistant("Done.", (), "openai-responses", provider_blocks=blocks)
+    assert items == [reasoning(1), {"role": "assistant", "content": "Done."}]
+
+
+@pytest.mark.parametrize("fmt", formats.FORMATS)
+def test_reasoning_of_another_provider_is_dropped(fmt: str) -> None:
+    blocks = (
+        ProviderBlock("anthropic", THINKING),
+        ProviderBlock("openai-responses", reasoning(1)),
+    )
+    call = ToolCall("c1", "read_note", {"name": "todo"})
+    kept = formats.render_assistant("", (call,), fmt, provider_blocks=blocks)
+    plain = formats.render_assistant("", (call,), fmt)
+    sent = json.dumps(kept)
+    markers = {"anthropic": THINKING["signature"], "openai-responses": "gAAAA-1"}
+    assert {f for f, marker in markers.items() if marker in sent} == {fmt} & set(markers)
+    if fmt == "openai-chat":
+        assert kept == plain
+
+
+def test_a_provider_block_is_a_private_copy_of_json() -> None:
+    data: dict[str, Any] = {
+        "type": "thinking",
+        "thinking": "x",
+        "signature": "s",
+        "extra": {"k": [1]},
+    }
+    block = ProviderBlock("anthropic", data)
+    data["extra"]["k"].append(2)
+    assert block.data["extra"] == {"k": [1]}
+    (turn,) = formats.render_assistant("", (), "anthropic", provider_blocks=(block,))
+    turn["content"][0]["extra"]["k"].append(3)
+    assert block.data["extra"] == {"k": [1]}
+    with pytest.raises(TypeError, match="JSON object"):
+        ProviderBlock("anthropic", ["thinking"])  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="position must be an integer >= 0"):
+        ProviderBlock("anthropic", data, -1)

@@ -40,7 +40,9 @@ def _conversation(messages: Sequence[Message], fmt: formats.FormatName) -> list[
         if message.role in ("system", "user"):
             out.append({"role": message.role, "content": message.text})
         elif message.role == "assistant":
-            out += formats.render_assistant(message.text, message.tool_calls, fmt)
+            out += formats.render_assistant(
+                message.text, message.tool_calls, fmt, provider_blocks=message.provider_blocks
+            )
         else:
             out += formats.render_results(message.tool_results, fmt)
     return out

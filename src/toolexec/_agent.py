@@ -155,7 +155,14 @@ class AgentLoop:
             response = await self.model.respond(tuple(messages), tools)
             usage += response.usage
             text = response.text
-            messages.append(Message("assistant", response.text, response.tool_calls))
+            messages.append(
+                Message(
+                    "assistant",
+                    response.text,
+                    response.tool_calls,
+                    provider_blocks=response.provider_blocks,
+                )
+            )
             self._report(turn, response)
             if not response.tool_calls:
                 stop = StopReason.FINISHED

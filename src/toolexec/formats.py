@@ -14,6 +14,13 @@ Three wire formats are supported, named by the strings of ``FORMATS``:
     results of a batch become *one* user message of ``tool_result`` blocks,
     each carrying ``is_error``.
 
+Reasoning state is kept and replayed: Anthropic ``thinking`` and
+``redacted_thinking`` blocks and Responses ``reasoning`` items become
+``ProviderBlock`` values of the ``ModelResponse``, which ``render_assistant``
+sends back unchanged, where the provider requires them (first in the
+Anthropic assistant turn; before the ``function_call`` items they led to in
+Responses), and drops when rendering for another format.
+
 A response may be a plain ``dict`` (parsed JSON) or an object of the
 provider's official SDK (anything with ``model_dump()``). Call ids and call
 order are preserved both ways. Where a provider sends arguments as a JSON
@@ -32,12 +39,13 @@ Example::
 
 from __future__ import annotations
 
+import copy
 import json
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal, TypeAlias, get_args
 
 from ._errors import ToolexecError
-from ._model import ModelResponse, Usage
+from ._model import ModelResponse, ProviderBlock, Usage
 from ._types import ImageContent, ToolCall, block_text
 
 if TYPE_CHECKING:
@@ -60,7 +68,8 @@ __all__ = [
 FormatName: TypeAlias = Literal["openai-chat", "openai-responses", "anthropic"]
 FORMATS: tuple[FormatName, ...] = get_args(FormatName)
 
-_ANTHROPIC_IMAGE_TYPES = frozenset({"image/jpeg", "image/png", "image/gif", "image/webp"})
+_IMAGE_TYPES = frozenset({"image/jpeg", "image/png", "image/gif", "image/webp"})
+_ANTHROPIC_REASONING = frozenset({"thinking", "redacted_thinking"})
 
 
 class FormatError(ToolexecError, ValueError):
@@ -213,12 +222,15 @@ def _join(path: str, key: str) -> str:
 
 def _parse_responses(r: _Reader, data: Mapping[str, Any]) -> ModelResponse:
     texts: list[str] = []
-    calls = []
+    calls: list[ToolCall] = []
+    blocks: list[ProviderBlock] = []
     for i, item in enumerate(r.get(data, "output", "", list)):
         here = f"output[{i}]"
         item = r.obj(item, here)
         kind = item.get("type")
-        if kind == "function_call":
+        if kind == "reasoning":
+            blocks.append(ProviderBlock(r.format, item, len(calls)))
+        elif kind == "function_call":
             calls.append(
                 ToolCall(
                     r.call_id(item, "call_id", here),
@@ -233,19 +245,21 @@ def _parse_responses(r: _Reader, data: Mapping[str, Any]) -> ModelResponse:
                 part = r.obj(part, f"{here}.content[{j}]")
                 if part.get("type") == "output_text":
                     texts.append(r.get(part, "text", f"{here}.content[{j}]", str))
-    return ModelResponse(
-        "".join(texts), tuple(calls), _usage(data, "input_tokens", "output_tokens")
-    )
+    usage = _usage(data, "input_tokens", "output_tokens")
+    return ModelResponse("".join(texts), tuple(calls), usage, tuple(blocks))
 
 
 def _parse_anthropic(r: _Reader, data: Mapping[str, Any]) -> ModelResponse:
     texts: list[str] = []
-    calls = []
+    calls: list[ToolCall] = []
+    blocks: list[ProviderBlock] = []
     for i, block in enumerate(r.get(data, "content", "", list)):
         here = f"content[{i}]"
         block = r.obj(block, here)
         kind = block.get("type")
-        if kind == "tool_use":
+        if kind in _ANTHROPIC_REASONING:
+            blocks.append(ProviderBlock(r.format, block, len(calls)))
+        elif kind == "tool_use":
             calls.append(
                 ToolCall(
                     r.call_id(block, "id", here),
@@ -255,9 +269,8 @@ def _parse_anthropic(r: _Reader, data: Mapping[str, Any]) -> ModelResponse:
             )
         elif kind == "text":
             texts.append(r.get(block, "text", here, str))
-    return ModelResponse(
-        "".join(texts), tuple(calls), _usage(data, "input_tokens", "output_tokens")
-    )
+    usage = _usage(data, "input_tokens", "output_tokens")
+    return ModelResponse("".join(texts), tuple(calls), usage, tuple(blocks))
 
 
 _PARSERS = {
@@ -343,7 +356,7 @@ def _result_text(result: ToolResult) -> str:
 
 
 def _anthropic_block(block: ContentBlock) -> dict[str, Any] | None:
-    if isinstance(block, ImageContent) and block.mime_type in _ANTHROPIC_IMAGE_TYPES:
+    if isinstance(block, ImageContent) and block.mime_type in _IMAGE_TYPES:
         source = {"type": "base64", "media_type": block.mime_type, "data": block.data}
         return {"type": "image", "source": source}
     text = block_text(block)
@@ -359,6 +372,27 @@ def _anthropic_result(result: ToolResult) -> dict[str, Any]:
     return rendered
 
 
+def _sendable_image(block: ContentBlock) -> bool:
+    return isinstance(block, ImageContent) and block.mime_type in _IMAGE_TYPES
+
+
+def _responses_part(block: ContentBlock) -> dict[str, Any]:
+    if isinstance(block, ImageContent) and _sendable_image(block):
+        url = f"data:{block.mime_type};base64,{block.data}"
+        return {"type": "input_image", "image_url": url}
+    return {"type": "input_text", "text": block_text(block)}
+
+
+def _responses_output(result: ToolResult) -> str | list[dict[str, Any]]:
+    """Text alone as a string; with an image, a list of input_text/input_image parts."""
+    if not any(map(_sendable_image, result.content)):
+        return _result_text(result)
+    parts = [_responses_part(b) for b in result.content]
+    if result.is_error:
+        parts.insert(0, {"type": "input_text", "text": "Error:"})
+    return parts
+
+
 def render_results(results: Iterable[ToolResult], format: FormatName | str) -> list[dict[str, Any]]:
     """Render results as the messages (or input items) to send back, in call order.
 
@@ -368,8 +402,13 @@ def render_results(results: Iterable[ToolResult], format: FormatName | str) -> l
       result, with ``is_error``; an empty list when there are no results.
 
     The OpenAI formats have no error flag, so an error result's text is
-    prefixed with ``"Error: "``. JSON content is sent as JSON text; an image
-    is sent as an image where the format allows it, else as a short note.
+    prefixed with ``"Error: "`` (an ``"Error:"`` text part first when the
+    output is a list of parts). JSON content is sent as JSON text. A PNG,
+    JPEG, GIF or WebP image is sent as an image to Anthropic (an ``image``
+    block) and to Responses (the output becomes a list of ``input_text`` and
+    ``input_image`` parts, the image as a ``data:`` URL); Chat Completions
+    tool messages take text only, so there (and for other image types) an
+    image is a short note such as ``[image image/png, 9 bytes, not shown]``.
     """
     name = _check_format(format)
     results = list(results)
@@ -379,7 +418,7 @@ def render_results(results: Iterable[ToolResult], format: FormatName | str) -> l
         ]
     if name == "openai-responses":
         return [
-            {"type": "function_call_output", "call_id": r.call_id, "output": _result_text(r)}
+            {"type": "function_call_output", "call_id": r.call_id, "output": _responses_output(r)}
             for r in results
         ]
     if not results:
@@ -444,16 +483,42 @@ def _arguments_object(call: ToolCall) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
+def _placed(
+    blocks: Sequence[ProviderBlock], opening: list[dict[str, Any]], calls: list[dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """Blocks in place: position 0 before the opening, position i after the i-th call."""
+    slots: list[list[dict[str, Any]]] = [[] for _ in range(len(calls) + 1)]
+    for block in blocks:
+        slots[min(block.position, len(calls))].append(copy.deepcopy(dict(block.data)))
+    placed = slots[0] + opening
+    for call, after in zip(calls, slots[1:], strict=True):
+        placed += [call, *after]
+    return placed
+
+
 def render_assistant(
-    text: str, calls: Sequence[ToolCall], format: FormatName | str
+    text: str,
+    calls: Sequence[ToolCall],
+    format: FormatName | str,
+    *,
+    provider_blocks: Sequence[ProviderBlock] = (),
 ) -> list[dict[str, Any]]:
     """Render an assistant turn (its text and tool calls) for the conversation history.
 
     Use it to replay a model's turn in the next request, before the results
     of ``render_results``. Returns a list because the Responses format sends
     one input item per call; the other formats return one message.
+
+    ``provider_blocks`` (a ``ModelResponse``'s or ``Message``'s) are sent back
+    unchanged when they belong to ``format``, in the order they came: a
+    block that came before every call opens the turn (Anthropic requires a
+    thinking turn to start with its ``thinking`` blocks; a Responses
+    ``reasoning`` item precedes the items it led to), a later one follows
+    the call it came after. Blocks of another format are dropped: reasoning
+    state is only valid for the provider that signed it.
     """
     name = _check_format(format)
+    mine = [b for b in provider_blocks if b.format == name]
     if name == "openai-chat":
         message: dict[str, Any] = {"role": "assistant", "content": text or None}
         if calls:
@@ -467,8 +532,7 @@ def render_assistant(
             ]
         return [message]
     if name == "openai-responses":
-        items: list[dict[str, Any]] = [{"role": "assistant", "content": text}] if text else []
-        items += [
+        items = [
             {
                 "type": "function_call",
                 "call_id": c.id,
@@ -477,10 +541,10 @@ def render_assistant(
             }
             for c in calls
         ]
-        return items
-    blocks: list[dict[str, Any]] = [{"type": "text", "text": text}] if text else []
-    blocks += [
+        return _placed(mine, [{"role": "assistant", "content": text}] if text else [], items)
+    uses = [
         {"type": "tool_use", "id": c.id, "name": c.name, "input": _arguments_object(c)}
         for c in calls
     ]
+    blocks = _placed(mine, [{"type": "text", "text": text}] if text else [], uses)
     return [{"role": "assistant", "content": blocks}]

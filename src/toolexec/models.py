@@ -1,7 +1,8 @@
 """Models: what an ``AgentLoop`` talks to, and adapters over the official SDKs.
 
 A ``Model`` answers a conversation of ``Message`` values, given the tool
-definitions, with a ``ModelResponse``: text, tool calls, and ``Usage``.
+definitions, with a ``ModelResponse``: text, tool calls, ``Usage``, and
+the provider's opaque reasoning state (``ProviderBlock`` values).
 ``OpenAIChatModel``, ``OpenAIResponsesModel`` and ``AnthropicModel`` are
 models over the ``openai`` and ``anthropic`` async clients (extras
 ``openai`` and ``anthropic``; the SDK is imported only when an adapter
@@ -19,7 +20,7 @@ Example::
 from __future__ import annotations
 
 from ._adapters import AnthropicModel, OpenAIChatModel, OpenAIResponsesModel
-from ._model import Message, Model, ModelResponse, Usage
+from ._model import Message, Model, ModelResponse, ProviderBlock, Usage
 from ._public import fixup_module_metadata as _fixup_module_metadata
 
 __all__ = [
@@ -29,6 +30,7 @@ __all__ = [
     "ModelResponse",
     "OpenAIChatModel",
     "OpenAIResponsesModel",
+    "ProviderBlock",
     "Usage",
 ]
 
