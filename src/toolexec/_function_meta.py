@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import enum
 import math
+import re
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
@@ -25,6 +26,8 @@ __all__ = ["Converter", "Invalid", "apply_metadata", "json_default", "refuse"]
 
 Converter = Callable[[Any], Any]
 NO_DEFAULT: Any = object()
+# The module part of a dotted name in a repr: ``typing.``, ``collections.abc.``.
+_QUALIFIED = re.compile(r"(?<![\w'\".])(?:[A-Za-z_]\w*\.)+(?=[A-Za-z_])")
 
 _NUMERIC = {
     "Gt": ("gt", "exclusiveMinimum"),
@@ -87,7 +90,7 @@ def describe_annotation(annotation: Any) -> str:
     """A short name for an annotation: ``Point`` for a class, else its repr."""
     if isinstance(annotation, type):
         return annotation.__qualname__
-    return repr(annotation).replace("typing.", "")
+    return _QUALIFIED.sub("", repr(annotation))
 
 
 def refuse(annotation: Any, where: str, why: str) -> RegistrationError:
