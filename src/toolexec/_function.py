@@ -227,6 +227,13 @@ def function_tool(
 ) -> FunctionTool | Callable[[Callable[..., Any]], FunctionTool]:
     """Turn a sync or async function into a tool; usable as a decorator.
 
+    The input schema comes from the signature: simple types, ``Literal``,
+    enums, TypedDicts, dataclasses, pydantic models, ``list[X]``,
+    ``dict[str, X]`` and ``X | None``, with ``Annotated`` descriptions and
+    constraints and JSON-representable defaults; the body receives typed
+    values (an enum member, a dataclass or model instance). A parameter
+    annotated ``ToolContext`` receives the call's context instead.
+
     Example::
 
         @function_tool(side_effects=SideEffects.READ)
@@ -245,7 +252,9 @@ def function_tool(
         timeout, is_recursive, classifier: as in ``ToolDefinition``.
 
     Raises:
-        RegistrationError: a parameter type has no JSON Schema mapping.
+        RegistrationError: a parameter's annotation has no JSON Schema mapping
+            in the portable subset (the message names the parameter, the
+            annotation and why).
     """
 
     def wrap(f: Callable[..., Any]) -> FunctionTool:
