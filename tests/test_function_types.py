@@ -422,3 +422,81 @@ def test_nothing_imports_pydantic_when_no_tool_uses_it() -> None:
         "assert 'annotated_types' not in sys.modules, 'annotated_types imported'\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+@dataclasses.dataclass
+class Seeded:
+    size: int
+    seed: dataclasses.InitVar[int]
+
+    def __post_init__(self, seed: int) -> None:
+        self.size += seed
+
+
+@dataclasses.dataclass
+class Unresolved:
+    thing: NoSuchType  # type: ignore[name-defined]  # noqa: F821
+
+
+def test_a_dataclass_init_that_takes_more_than_fields_or_does_not_resolve_is_refused() -> None:
+    assert "its __init__ also takes ['seed'], which are not fields" in refused(Seeded)
+    assert "its annotations do not resolve" in refused(Unresolved)
+
+
+class Strict(BaseModel, extra="forbid"):
+    value: int | str | None = None
+    tier: Color | None = None
+
+
+def test_a_model_s_scalar_union_is_a_type_list_and_forbidden_extras_stay() -> None:
+    schema = tool_for(Strict).definition.input_schema["properties"]["value"]
+    assert schema["properties"]["value"] == {"type": ["integer", "string", "null"], "default": None}
+    assert schema["additionalProperties"] is False
+    assert schema["properties"]["tier"]["enum"] == ["red", "blue", None]
+
+
+@dataclasses.dataclass
+class Team:
+    owner: Owner
+
+
+def test_a_model_inside_a_dataclass_reports_the_full_path() -> None:
+    result = run_call(tool_for(Team), {"value": {"owner": {"name": "root"}}})
+    assert result.details["violations"] == ["$.value.owner.name: Value error, root owns nothing"]
+
+
+def test_a_model_schema_with_an_unportable_keyword_is_refused() -> None:
+    class Negated(BaseModel):
+        @classmethod
+        def model_json_schema(cls, *args: Any, **kwargs: Any) -> dict[str, Any]:
+            return {"type": "object", "properties": {"a": {"not": {"type": "string"}}}}
+
+    assert "its schema needs 'not'" in refused(Negated)
+
+
+OPAQUE = object()
+
+
+def test_list_and_dict_defaults_show_and_containers_convert_with_paths() -> None:
+    @function_tool
+    def f(
+        shapes: dict[str, Shape],
+        anything: list,  # type: ignore[type-arg]
+        tags: list[str] = ["a"],  # noqa: B006
+        weights: dict[str, int] = {"a": 1},  # noqa: B006
+        odd: list[Any] = [OPAQUE],  # noqa: B006
+        odd_map: dict[str, Any] = {"a": OPAQUE},  # noqa: B006
+    ) -> None:
+        received[:] = [shapes]
+
+    props = f.definition.input_schema["properties"]
+    assert props["anything"] == {"type": "array"}
+    assert props["tags"]["default"] == ["a"]
+    assert props["weights"]["default"] == {"a": 1}
+    assert "default" not in props["odd"]
+    assert "default" not in props["odd_map"]
+    result = run_call(f, {"shapes": {"k": {"points": [], "tags": ["bad"]}}, "anything": []})
+    assert result.details["violations"] == ["$.shapes.k: ValueError: 'bad' is not a tag"]
+    result = run_call(f, {"shapes": {"k": {"points": [{"x": 1}]}}, "anything": [1]})
+    assert result.error_class is None, result.text
+    assert received == [{"k": Shape([Point(1)])}]

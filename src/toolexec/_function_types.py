@@ -211,6 +211,7 @@ def _record(annotation: Any, origin: Any, where: str, seen: frozenset[Any]) -> T
         raise refuse(annotation, where, f"its annotations do not resolve ({exc})") from None
     if is_dataclass:
         fields = [f for f in dataclasses.fields(annotation) if f.init]
+        _check_init(annotation, {f.name for f in fields}, where)
         entries = [(f.name, hints[f.name], _field_default(f)) for f in fields]
     else:
         entries = [
@@ -221,6 +222,13 @@ def _record(annotation: Any, origin: Any, where: str, seen: frozenset[Any]) -> T
     if is_dataclass:
         return Typed(schema, _construct(annotation, converters))
     return Typed(schema, _fields(converters) if converters else None)
+
+
+def _check_init(cls: type[Any], fields: set[str], where: str) -> None:
+    """Refuse a dataclass whose ``__init__`` takes more than its fields (an ``InitVar``)."""
+    extra = set(inspect.signature(cls).parameters) - fields
+    if extra:
+        raise refuse(cls, where, f"its __init__ also takes {sorted(extra)}, which are not fields")
 
 
 def _required_key(cls: Any, key: str, hint: Any) -> bool:
