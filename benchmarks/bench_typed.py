@@ -11,7 +11,10 @@ alternating round by round so that background load hits both alike:
   compiled schema's ``is_valid``, then the parameter's converter, which calls
   ``Model.model_validate``), against ``Model.model_validate`` on the same JSON;
 - a whole call: ``execute_batch`` of one call to the tool, against
-  ``model_validate`` plus calling the function directly.
+  ``model_validate`` plus calling the function directly;
+- the typed share of a whole call: the same call to the tool, against the
+  same call to a twin tool whose parameter is a plain ``dict`` (no model
+  schema in the check, no ``model_validate``).
 
 There is no target: the figures are reported as measured, with the load
 average.
@@ -67,10 +70,32 @@ async def place(order: Order) -> str:
     return str(len(order.lines))
 
 
+async def place_dict(order: dict[str, Any]) -> str:
+    """Place an order, given as a plain JSON object."""
+    return str(len(order["lines"]))
+
+
 def make_tool() -> ToolRegistry:
     registry = ToolRegistry()
     registry.register(function_tool(side_effects=SideEffects.READ)(place))
     return registry
+
+
+def timed_batches(executor: ToolExecutor, name: str, per_round: int) -> Callable[[], float]:
+    """Seconds per call of ``per_round`` one-call batches to ``name``, in one trio.run."""
+    calls = [ToolCall("c", name, {"order": ORDER})]
+
+    async def batches() -> None:
+        for _ in range(per_round):
+            outcome = await executor.execute_batch(calls)
+            assert outcome.results[0].text == "5", outcome.results[0].text
+
+    def run() -> float:
+        start = time.perf_counter()
+        trio.run(batches)
+        return (time.perf_counter() - start) / per_round
+
+    return run
 
 
 def rounds_of(fn: Callable[[], object], per_round: int) -> Callable[[], float]:
@@ -97,26 +122,27 @@ def compare(label: str, ours: Callable[[], float], base: Callable[[], float], ro
 
 def whole_call(per_round: int) -> tuple[Callable[[], float], Callable[[], float]]:
     executor = ToolExecutor(make_tool())
-    calls = [ToolCall("c", "place", {"order": ORDER})]
-
-    async def ours() -> None:
-        for _ in range(per_round):
-            outcome = await executor.execute_batch(calls)
-            assert outcome.results[0].text == "5", outcome.results[0].text
 
     async def base() -> None:
         for _ in range(per_round):
             assert await place(Order.model_validate(ORDER)) == "5"
 
-    def timed(fn: Callable[[], Any]) -> Callable[[], float]:
-        def run() -> float:
-            start = time.perf_counter()
-            trio.run(fn)
-            return (time.perf_counter() - start) / per_round
+    def run_base() -> float:
+        start = time.perf_counter()
+        trio.run(base)
+        return (time.perf_counter() - start) / per_round
 
-        return run
+    return timed_batches(executor, "place", per_round), run_base
 
-    return timed(ours), timed(base)
+
+def typed_share(per_round: int) -> tuple[Callable[[], float], Callable[[], float]]:
+    registry = make_tool()
+    registry.register(function_tool(side_effects=SideEffects.READ)(place_dict))
+    executor = ToolExecutor(registry)
+    return (
+        timed_batches(executor, "place", per_round),
+        timed_batches(executor, "place_dict", per_round),
+    )
 
 
 def main(quick: bool) -> None:
@@ -145,6 +171,8 @@ def main(quick: bool) -> None:
         rounds,
     )
     compare("whole call, per call", *whole_call(200 if quick else 2000), rounds)
+    print(f"{'':<30} {'model':>13} {'dict':>13} {'ratio':>9}")
+    compare("whole call, model vs dict", *typed_share(200 if quick else 2000), rounds)
     load = os.getloadavg()
     print(f"load average after the runs: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
 
