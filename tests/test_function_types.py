@@ -260,6 +260,7 @@ class Opaque:
         (Annotated[int, at.MinLen(1)], "applies to string or array or object"),
         (Annotated[int, at.Gt("1")], "not a JSON number"),
         (Annotated[int, at.Predicate(bool)], "is not a constraint"),
+        (Annotated[int, ("minimum", 5)], "metadata ('minimum', 5) is not a constraint"),
         (Annotated[str, StringConstraints(to_lower=True)], "to_lower=True"),
         (Annotated[str, Field(alias="v")], "Field(alias=...)"),
         (Annotated[str, Field(default="x")], "give the default in the signature"),

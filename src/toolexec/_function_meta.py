@@ -22,7 +22,16 @@ from typing import Any
 
 from ._errors import RegistrationError
 
-__all__ = ["Converter", "Invalid", "apply_metadata", "json_default", "refuse"]
+__all__ = [
+    "NO_DEFAULT",
+    "Converter",
+    "Invalid",
+    "apply_metadata",
+    "describe_annotation",
+    "json_default",
+    "json_path",
+    "refuse",
+]
 
 Converter = Callable[[Any], Any]
 NO_DEFAULT: Any = object()
@@ -46,6 +55,12 @@ _LENGTH_KEYWORDS = {
 _HARMLESS = {"strict", "allow_inf_nan"}
 # FieldInfo attributes that would change the call, not just describe it.
 _FIELD_REFUSED = ("alias", "validation_alias", "json_schema_extra")
+
+
+class _FieldDescription(str):
+    """The description a pydantic ``Field`` gives (told apart from other metadata)."""
+
+    __slots__ = ()
 
 
 class Invalid(Exception):
@@ -152,14 +167,14 @@ def _field_info(info: Any, annotation: Any, where: str) -> Iterator[Any]:
     if not info.is_required():
         raise refuse(annotation, where, "give the default in the signature, not in Field()")
     if info.description is not None:
-        yield ("description", info.description)
+        yield _FieldDescription(info.description)
     yield from _flatten(list(info.metadata), annotation, where)
 
 
 def _apply_one(schema: dict[str, Any], item: Any, annotation: Any, where: str) -> None:
     name = type(item).__name__
-    if isinstance(item, tuple):  # ("description", text) from a Field
-        schema[item[0]] = item[1]
+    if isinstance(item, _FieldDescription):
+        schema["description"] = str(item)
     elif name in _NUMERIC and _from_annotated_types(item):
         attr, keyword = _NUMERIC[name]
         _need(schema, ("integer", "number"), item, annotation, where)

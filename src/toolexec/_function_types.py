@@ -26,7 +26,7 @@ import attrs
 from ._function_meta import NO_DEFAULT, Converter, Invalid, apply_metadata, json_default, refuse
 from ._function_pydantic import is_model, model_parameter
 
-__all__ = ["Typed", "typed"]
+__all__ = ["Typed", "typed", "with_default"]
 
 _SIMPLE: dict[Any, str] = {str: "string", int: "integer", float: "number", bool: "boolean"}
 _REASONS: dict[Any, str] = {
