@@ -10,20 +10,33 @@ import contextlib
 import io
 import os
 import re
+import sys
+import types
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 DOCS = Path(__file__).parent.parent / "docs"
-PAGES = ["concepts.md", "security.md", "testing.md"]
+PAGES = ["concepts.md", "function-tools.md", "security.md", "testing.md"]
 
 FENCE = re.compile(r"^```(python|output)\n(.*?)^```", flags=re.DOTALL | re.MULTILINE)
 
 
 def run_page(text: str, filename: str) -> None:
     """Run the page's python blocks in one namespace; check each output block."""
-    namespace: dict[str, Any] = {"__name__": f"docs_{Path(filename).name}"}
+    # A real module, so that classes defined on the page (dataclasses, models)
+    # can have their annotations resolved through sys.modules.
+    module = types.ModuleType(f"docs_{Path(filename).stem.replace('-', '_')}")
+    namespace: dict[str, Any] = module.__dict__
+    sys.modules[module.__name__] = module
+    try:
+        _run_blocks(text, filename, namespace)
+    finally:
+        del sys.modules[module.__name__]
+
+
+def _run_blocks(text: str, filename: str, namespace: dict[str, Any]) -> None:
     printed = None
     ran = False
     for match in FENCE.finditer(text):

@@ -56,6 +56,9 @@ LAYERS: dict[str, str] = {
     **dict.fromkeys(
         [
             "_function",
+            "_function_meta",
+            "_function_pydantic",
+            "_function_types",
             "_process",
             "_supervisor",
             "_reaper",

@@ -123,8 +123,12 @@ def test_function_tool_derives_the_schema_from_the_signature() -> None:
     assert d.side_effects is SideEffects.READ
     props = d.input_schema["properties"]
     assert props["query"] == {"type": "string", "description": "what to look for"}
-    assert props["mode"] == {"type": "string", "enum": ["fast", "full"]}
-    assert props["limit"] == {"type": ["integer", "null"], "description": "at most this many hits."}
+    assert props["mode"] == {"type": "string", "enum": ["fast", "full"], "default": "fast"}
+    assert props["limit"] == {
+        "type": ["integer", "null"],
+        "description": "at most this many hits.",
+        "default": None,
+    }
     assert props["tags"]["type"] == ["array", "null"]
     assert d.input_schema["required"] == ["query"]
     assert "ctx" not in props

@@ -1,33 +1,49 @@
 """Plain Python functions as tools, with the schema derived from the signature.
 
 ``function_tool`` reads the signature once: each parameter becomes a
-property (``str``, ``int``, ``float``, ``bool``, ``list[X]``, ``dict``,
-``Literal[...]``, ``X | None``, ``Any``; ``Annotated[X, "text"]`` or a
-Google-style ``Args:`` section gives its description); a parameter without
-a default is required; a parameter annotated ``ToolContext`` is injected,
-not shown to the model. Sync functions run in a worker thread that the
-executor abandons if the call is cancelled or times out.
+property (``str``, ``int``, ``float``, ``bool``, ``Literal[...]``, an
+``Enum``, a ``TypedDict``, a dataclass, a pydantic model, ``list[X]``,
+``dict[str, X]``, ``X | None``, ``Any``; see ``_function_types``).
+``Annotated[X, "text"]`` or a Google-style ``Args:`` section gives its
+description, ``Annotated`` constraints become schema keywords, and a
+JSON-representable default is shown as ``default``; a parameter without a
+default is required; a parameter annotated ``ToolContext`` is injected, not
+shown to the model. The body receives typed values (an enum member, a
+dataclass instance, a model instance), converted after the executor has
+validated the JSON. Sync functions run in a worker thread that the executor
+abandons if the call is cancelled or times out.
 """
 
 from __future__ import annotations
 
 import inspect
 import re
-import types
 import typing
-from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, Literal, overload
+from typing import Any, overload
 
 import attrs
 import trio
 
+from . import _messages as say
 from ._errors import RegistrationError, ToolError
+from ._function_meta import NO_DEFAULT, Converter, Invalid
+from ._function_types import typed, with_default
 from ._tool import ToolContext
-from ._types import JsonContent, SideEffects, TextContent, ToolDefinition, ToolOutput, describe
+from ._types import (
+    ErrorClass,
+    JsonContent,
+    SideEffects,
+    TextContent,
+    ToolDefinition,
+    ToolOutput,
+    describe,
+)
+
+if typing.TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable, Mapping
 
 __all__ = ["FunctionTool", "function_tool"]
 
-_SIMPLE: dict[Any, str] = {str: "string", int: "integer", float: "number", bool: "boolean"}
 _ARG_LINE = re.compile(r"^\s*(\w+)(?:\s*\([^)]*\))?\s*:\s*(.+)$")
 
 
@@ -46,40 +62,6 @@ def _docstring_parts(fn: Callable[..., Any]) -> tuple[str, dict[str, str]]:
     return summary, params
 
 
-def _schema_for(annotation: Any, where: str) -> dict[str, Any]:
-    origin = typing.get_origin(annotation)
-    args = typing.get_args(annotation)
-    if origin is typing.Annotated:
-        schema = _schema_for(args[0], where)
-        texts = [a for a in args[1:] if isinstance(a, str)]
-        return {**schema, "description": texts[0]} if texts else schema
-    if annotation in _SIMPLE:
-        return {"type": _SIMPLE[annotation]}
-    if annotation is Any or annotation is inspect.Parameter.empty:
-        return {}
-    if annotation is dict or origin is dict or origin is Mapping:
-        return {"type": "object"}
-    if annotation is list or origin is list:
-        return (
-            {"type": "array", "items": _schema_for(args[0], where)} if args else {"type": "array"}
-        )
-    if origin is Literal:
-        kinds = {_SIMPLE.get(type(a)) for a in args}
-        enum_schema: dict[str, Any] = {"enum": list(args)}
-        if len(kinds) == 1 and None not in kinds:
-            return {"type": kinds.pop(), **enum_schema}
-        return enum_schema
-    if origin in (typing.Union, types.UnionType) and type(None) in args and len(args) == 2:
-        inner = _schema_for(next(a for a in args if a is not type(None)), where)
-        if isinstance(inner.get("type"), str):
-            return {**inner, "type": [inner["type"], "null"]}
-        return inner
-    raise RegistrationError(
-        f"{where}: annotation {annotation!r} has no JSON Schema mapping; use str, int, "
-        "float, bool, list[X], dict, Literal[...], X | None or Any"
-    )
-
-
 @attrs.frozen
 class FunctionTool:
     """A tool made from a Python function by ``function_tool``.
@@ -91,15 +73,36 @@ class FunctionTool:
     fn: Callable[..., Any]
     _ctx_param: str | None = attrs.field(alias="ctx_param")
     _is_async: bool = attrs.field(alias="is_async")
+    _converters: tuple[tuple[str, Converter], ...] = attrs.field(
+        alias="converters", default=(), repr=False
+    )
 
     async def execute(self, arguments: Mapping[str, Any], ctx: ToolContext) -> ToolOutput:
         """Call the function with the arguments (and the context, if it asks)."""
+        if self._converters:
+            arguments = self._typed(arguments)
         kwargs = arguments if self._ctx_param is None else {**arguments, self._ctx_param: ctx}
         if self._is_async:
             value = await self.fn(**kwargs)
         else:
             value = await trio.to_thread.run_sync(lambda: self.fn(**kwargs), abandon_on_cancel=True)
         return _to_output(value, self.definition.name)
+
+    def _typed(self, arguments: Mapping[str, Any]) -> Mapping[str, Any]:
+        """The validated JSON arguments as the values the function declares."""
+        kwargs = dict(arguments)
+        for name, convert in self._converters:
+            if name in kwargs:
+                try:
+                    kwargs[name] = convert(kwargs[name])
+                except Invalid as exc:
+                    violations = exc.under(name).violations()
+                    raise ToolError(
+                        say.invalid(self.definition.name, violations),
+                        error_class=ErrorClass.INVALID_ARGUMENTS,
+                        details={"violations": violations},
+                    ) from None
+        return kwargs
 
     def __call__(self) -> FunctionTool:
         """Act as its own factory (it is stateless), so it can be registered."""
@@ -146,8 +149,32 @@ def _build(
     except Exception as exc:  # an annotation that does not resolve
         raise RegistrationError(f"{where}: cannot resolve annotations: {exc}") from None
     summary, arg_docs = _docstring_parts(fn)
+    input_schema, converters, ctx_param = _parameters(fn, hints, arg_docs, where)
+    definition = ToolDefinition(
+        name=tool_name,
+        description=description or summary or tool_name,
+        input_schema=input_schema,
+        side_effects=side_effects,
+        is_recursive=is_recursive,
+        timeout=timeout,
+        classifier=classifier,
+    )
+    return FunctionTool(
+        definition,
+        fn,
+        ctx_param=ctx_param,
+        is_async=inspect.iscoroutinefunction(fn),
+        converters=converters,
+    )
+
+
+def _parameters(
+    fn: Callable[..., Any], hints: dict[str, Any], arg_docs: dict[str, str], where: str
+) -> tuple[dict[str, Any], tuple[tuple[str, Converter], ...], str | None]:
+    """The input schema, the converters and the context parameter of ``fn``."""
     properties: dict[str, Any] = {}
     required: list[str] = []
+    converters: list[tuple[str, Converter]] = []
     ctx_param = None
     for param in inspect.signature(fn).parameters.values():
         hint = hints.get(param.name, param.annotation)
@@ -159,31 +186,20 @@ def _build(
                 f"{where}: parameter {param.name!r} must be a named parameter "
                 "(no *args, **kwargs or positional-only parameters)"
             )
-        schema = _schema_for(hint, f"{where}, parameter {param.name!r}")
+        found = typed(hint, f"{where}, parameter {param.name!r}")
+        schema = dict(found.schema)
         if param.name in arg_docs and "description" not in schema:
             schema["description"] = arg_docs[param.name]
-        properties[param.name] = schema
-        if param.default is param.empty:
+        default = NO_DEFAULT if param.default is param.empty else param.default
+        properties[param.name] = with_default(schema, default)
+        if default is NO_DEFAULT:
             required.append(param.name)
-    input_schema: dict[str, Any] = {
-        "type": "object",
-        "properties": properties,
-        "additionalProperties": False,
-    }
+        if found.convert is not None:
+            converters.append((param.name, found.convert))
+    input_schema = {"type": "object", "properties": properties, "additionalProperties": False}
     if required:
         input_schema["required"] = required
-    definition = ToolDefinition(
-        name=tool_name,
-        description=description or summary or tool_name,
-        input_schema=input_schema,
-        side_effects=side_effects,
-        is_recursive=is_recursive,
-        timeout=timeout,
-        classifier=classifier,
-    )
-    return FunctionTool(
-        definition, fn, ctx_param=ctx_param, is_async=inspect.iscoroutinefunction(fn)
-    )
+    return input_schema, tuple(converters), ctx_param
 
 
 @overload
@@ -211,6 +227,13 @@ def function_tool(
 ) -> FunctionTool | Callable[[Callable[..., Any]], FunctionTool]:
     """Turn a sync or async function into a tool; usable as a decorator.
 
+    The input schema comes from the signature: simple types, ``Literal``,
+    enums, TypedDicts, dataclasses, pydantic models, ``list[X]``,
+    ``dict[str, X]`` and ``X | None``, with ``Annotated`` descriptions and
+    constraints and JSON-representable defaults; the body receives typed
+    values (an enum member, a dataclass or model instance). A parameter
+    annotated ``ToolContext`` receives the call's context instead.
+
     Example::
 
         @function_tool(side_effects=SideEffects.READ)
@@ -229,7 +252,9 @@ def function_tool(
         timeout, is_recursive, classifier: as in ``ToolDefinition``.
 
     Raises:
-        RegistrationError: a parameter type has no JSON Schema mapping.
+        RegistrationError: a parameter's annotation has no JSON Schema mapping
+            in the portable subset (the message names the parameter, the
+            annotation and why).
     """
 
     def wrap(f: Callable[..., Any]) -> FunctionTool:
