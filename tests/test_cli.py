@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 import trio
 
+from mcp_servers.fixtures import sdk_server_entry
 from toolexec import formats
 
 ROOT = Path(__file__).parent.parent
@@ -25,14 +26,16 @@ RESPONSES = {
 }
 
 
-def toolexec(*args: str | Path, stdin: str = "") -> subprocess.CompletedProcess[str]:
+def toolexec(
+    *args: str | Path, stdin: str = "", cwd: Path = ROOT
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "toolexec", *map(str, args)],
         input=stdin,
         capture_output=True,
         text=True,
         timeout=60,
-        cwd=ROOT,
+        cwd=cwd,
     )
 
 
@@ -245,6 +248,87 @@ def test_cli_doc_commands_run(workspace: Path, tmp_path: Path) -> None:
         assert done.returncode == 0, (line, done.stderr)
         assert json.loads(done.stdout)
     assert json.loads((tmp_path / "trace.json").read_text())["traceEvents"]
+
+
+# -- tools from a module and from MCP servers ----------------------------------------
+
+MY_TOOLS = """
+from toolexec import SideEffects, function_tool
+
+
+@function_tool(side_effects=SideEffects.READ)
+def shout(text: str) -> str:
+    \"\"\"Say it louder.\"\"\"
+    return text.upper() + "!"
+
+
+TOOLS = [shout]
+"""
+
+
+def openai_chat_response(*calls: tuple[str, dict[str, Any]]) -> dict[str, Any]:
+    """An OpenAI Chat Completions response asking for these calls, ids c0, c1, ..."""
+    tool_calls = [
+        {"id": f"c{i}", "type": "function", "function": {"name": n, "arguments": json.dumps(a)}}
+        for i, (n, a) in enumerate(calls)
+    ]
+    return {"choices": [{"message": {"role": "assistant", "tool_calls": tool_calls}}]}
+
+
+def test_exec_with_mcp_servers_and_tools_from_a_module(tmp_path: Path) -> None:
+    (tmp_path / "my_tools.py").write_text(MY_TOOLS)
+    config = tmp_path / "mcp.json"  # VS Code's layout, with an optional server that fails
+    config.write_text(
+        json.dumps(
+            {
+                "servers": {
+                    "notes": {"type": "stdio", **sdk_server_entry()},
+                    "down": {"type": "stdio", "command": "/nonexistent", "required": False},
+                }
+            }
+        )
+    )
+    response = tmp_path / "response.json"
+    response.write_text(
+        json.dumps(
+            openai_chat_response(
+                ("shout", {"text": "first"}),
+                ("mcp__notes__echo", {"text": "second"}),
+                ("mcp__notes__greet", {"name": "third"}),
+                ("shout", {"text": "fourth"}),
+            )
+        )
+    )
+    args = ("exec", "response.json", "-w", ".", "--yes", "--mcp-config", "mcp.json")
+    done = toolexec(*args, "--tools", "my_tools:TOOLS", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    output = json.loads(done.stdout)
+    assert [(m["tool_call_id"], m["content"]) for m in output] == [
+        ("c0", "FIRST!"),
+        ("c1", "second"),
+        ("c2", "hello third"),
+        ("c3", "FOURTH!"),
+    ]
+    assert "toolexec: warning: skipped optional MCP server 'down'" in done.stderr
+    assert "4 call(s): 4 ok, 0 error(s)" in done.stderr
+
+
+def test_exec_tools_and_mcp_config_errors_are_usage_errors(tmp_path: Path) -> None:
+    (tmp_path / "my_tools.py").write_text(MY_TOOLS)
+    response = tmp_path / "response.json"
+    response.write_text(json.dumps(openai_chat_response(("shout", {"text": "x"}))))
+    base = ("exec", "response.json", "-w", ".", "--yes")
+    cases = [
+        (("--tools", "their_tools:TOOLS"), "no module named 'their_tools' in the current"),
+        (("--tools", "my_tools:TOLS"), "module 'my_tools' has no attribute 'TOLS'; it has: TOOLS"),
+        (("--tools", "my_tools:function_tool"), "is a plain function, not a tool"),
+        (("--mcp-config", "response.json"), "has no server list (keys: 'choices')"),
+    ]
+    for extra, message in cases:
+        done = toolexec(*base, *extra, cwd=tmp_path)
+        assert done.returncode == 2, (extra, done.stderr)
+        assert message in done.stderr
+        assert done.stdout == ""
 
 
 # -- the timeline, in process, on a mock clock ---------------------------------------
