@@ -691,14 +691,13 @@ def _code_blocks(language: str) -> list[str]:
     return re.findall(rf"```{language}\n(.*?)```", DOCS.read_text(), re.S)
 
 
-async def test_docs_example_runs(
-    filesystem_server: Path,
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
-    capsys: pytest.CaptureFixture[str],
-) -> None:
-    # The example starts the filesystem server with `npx -y <package> .`; an
-    # `npx` first on PATH runs the cached install instead of downloading it.
+@pytest.fixture
+def npx_runs_the_filesystem_server(
+    filesystem_server: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Path:
+    """Put an ``npx`` first on PATH that runs the cached install; chdir to a new project."""
+    # The examples start the filesystem server with `npx -y <package> .`; this
+    # runs the cached install instead of downloading it.
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     npx = bin_dir / "npx"
@@ -708,16 +707,51 @@ async def test_docs_example_runs(
     workdir = tmp_path / "project"
     workdir.mkdir()
     monkeypatch.chdir(workdir)
+    return workdir
 
-    [example] = [block for block in _code_blocks("python") if "open_mcp_servers" in block]
+
+def _run_example(block: str) -> Any:
     namespace: dict[str, Any] = {}
-    exec(compile(example, str(DOCS), "exec"), namespace)
+    exec(compile(block, str(DOCS), "exec"), namespace)
+    return namespace["main"]
+
+
+async def test_docs_example_runs(
+    npx_runs_the_filesystem_server: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    workdir = npx_runs_the_filesystem_server
+    [example] = [block for block in _code_blocks("python") if "mcp__files__write_file" in block]
     with trio.fail_after(60):
-        await namespace["main"]()
+        await _run_example(example)()
     out = capsys.readouterr().out
     assert "mcp__files__write_file False" in out
     assert "mcp__files__read_text_file False hello from toolexec" in out
     assert (workdir / "notes.txt").read_text() == "hello from toolexec"
 
-    for block in _code_blocks("json"):
-        assert parse_mcp_servers(json.loads(block))
+    layouts = [parse_mcp_servers(json.loads(block)) for block in _code_blocks("json")]
+    assert [[c.name for c in configs] for configs in layouts] == [["files", "search"]] * 2
+    assert layouts[0] == layouts[1]  # the same servers, in either layout
+    assert layouts[0][1].required is False
+
+
+async def test_docs_failure_policy_example_prints_what_it_shows(
+    npx_runs_the_filesystem_server: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    [example] = [block for block in _code_blocks("python") if "servers.skipped" in block]
+    [shown] = _code_blocks("output")
+    with trio.fail_after(60):
+        await _run_example(example)()
+    assert capsys.readouterr().out == shown
+
+
+def test_docs_malformed_entries_message_is_what_parse_raises() -> None:
+    [shown] = [b for b in _code_blocks("text") if "malformed" in b]
+    document = {
+        "mcpServers": {
+            "one": {"command": "x", "args": "-v"},
+            "two": {"type": "ws", "url": "ws://x"},
+        }
+    }
+    with pytest.raises(ValueError, match="malformed") as caught:
+        parse_mcp_servers(document)
+    assert str(caught.value) == shown.replace("\n  ", "\n").strip()
