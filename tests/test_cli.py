@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import shlex
 import shutil
@@ -14,11 +15,13 @@ from typing import Any
 import pytest
 import trio
 
-from mcp_servers.fixtures import sdk_server_entry
+from mcp_servers.fixtures import filesystem_server, sdk_server_entry
 from toolexec import formats
 
 ROOT = Path(__file__).parent.parent
 EXAMPLES = ROOT / "examples"
+__all__ = ["filesystem_server"]  # a fixture used by name
+
 RESPONSES = {
     "openai-chat": EXAMPLES / "openai_chat_response.json",
     "openai-responses": EXAMPLES / "openai_responses_response.json",
@@ -236,7 +239,7 @@ def test_cli_doc_commands_run(workspace: Path, tmp_path: Path) -> None:
         line
         for block in re.findall(r"```sh\n(.*?)```", page, re.DOTALL)
         for line in block.splitlines()
-        if "toolexec exec" in line
+        if "toolexec exec" in line and "--mcp-config" not in line  # that one: below
     ]
     assert len(commands) == 4
     for line in commands:
@@ -329,6 +332,47 @@ def test_exec_tools_and_mcp_config_errors_are_usage_errors(tmp_path: Path) -> No
         assert done.returncode == 2, (extra, done.stderr)
         assert message in done.stderr
         assert done.stdout == ""
+
+
+def test_cli_doc_tools_and_mcp_config_run(
+    filesystem_server: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    page = (ROOT / "docs" / "cli.md").read_text()
+    section = page[page.index("## Your own tools and MCP servers") : page.index("## Options")]
+    [module] = re.findall(r"```python\n(.*?)```", section, re.DOTALL)
+    config, response = re.findall(r"```json\n(.*?)```", section, re.DOTALL)
+    [command] = [
+        line for b in re.findall(r"```sh\n(.*?)```", section, re.DOTALL) for line in b.splitlines()
+    ]
+    warning, clash = re.findall(r"```text\n(.*?)```", section, re.DOTALL)
+    project = tmp_path / "project"
+    shutil.copytree(
+        EXAMPLES / "workspace",
+        project / "examples" / "workspace",
+        ignore=shutil.ignore_patterns("out"),
+    )
+    (project / "my_tools.py").write_text(module)
+    (project / "mcp.json").write_text(config)
+    (project / "response.json").write_text(response)
+    # `npx -y <package> DIR` runs the cached install of the package instead.
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "npx").write_text(f'#!/bin/sh\nshift 2\nexec "{filesystem_server}" "$@"\n')
+    (bin_dir / "npx").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+
+    done = toolexec(*shlex.split(command)[1:], cwd=project)
+    assert done.returncode == 0, done.stderr
+    texts = [m["content"] for m in json.loads(done.stdout)]
+    assert texts == ["3", (EXAMPLES / "workspace" / "notes" / "todo.txt").read_text()]
+    assert warning in done.stderr
+
+    (project / "my_tools.py").write_text(
+        module.replace("def word_count", "def read_file").replace("[word_count]", "[read_file]")
+    )
+    done = toolexec(*shlex.split(command)[1:], cwd=project)
+    assert done.returncode == 2
+    assert done.stderr == clash
 
 
 # -- the timeline, in process, on a mock clock ---------------------------------------
