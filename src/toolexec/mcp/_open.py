@@ -37,22 +37,24 @@ class MCPServerSet(Mapping[str, "MCPServer"]):
     It is a read-only mapping of name -> ``MCPServer``: ``servers["notes"]``.
 
     Attributes:
+        opened: name -> ``MCPServer``, in configuration order (what the set
+            itself maps).
         skipped: name -> why, for each optional server (``"required":
             false``) that could not be opened; the message is the
             ``MCPConnectionError`` or ``RegistrationError`` it raised.
     """
 
-    _opened: Mapping[str, MCPServer] = attrs.field(alias="opened")
+    opened: Mapping[str, MCPServer]
     skipped: Mapping[str, str] = attrs.field(factory=dict)
 
     def __getitem__(self, name: str) -> MCPServer:
-        return self._opened[name]
+        return self.opened[name]
 
     def __iter__(self) -> Iterator[str]:
-        return iter(self._opened)
+        return iter(self.opened)
 
     def __len__(self) -> int:
-        return len(self._opened)
+        return len(self.opened)
 
 
 def _as_config(
