@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import shlex
 import shutil
@@ -14,10 +15,13 @@ from typing import Any
 import pytest
 import trio
 
+from mcp_servers.fixtures import filesystem_server, sdk_server_entry
 from toolexec import formats
 
 ROOT = Path(__file__).parent.parent
 EXAMPLES = ROOT / "examples"
+__all__ = ["filesystem_server"]  # a fixture used by name
+
 RESPONSES = {
     "openai-chat": EXAMPLES / "openai_chat_response.json",
     "openai-responses": EXAMPLES / "openai_responses_response.json",
@@ -25,14 +29,16 @@ RESPONSES = {
 }
 
 
-def toolexec(*args: str | Path, stdin: str = "") -> subprocess.CompletedProcess[str]:
+def toolexec(
+    *args: str | Path, stdin: str = "", cwd: Path = ROOT
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "toolexec", *map(str, args)],
         input=stdin,
         capture_output=True,
         text=True,
         timeout=60,
-        cwd=ROOT,
+        cwd=cwd,
     )
 
 
@@ -233,7 +239,7 @@ def test_cli_doc_commands_run(workspace: Path, tmp_path: Path) -> None:
         line
         for block in re.findall(r"```sh\n(.*?)```", page, re.DOTALL)
         for line in block.splitlines()
-        if "toolexec exec" in line
+        if "toolexec exec" in line and "--mcp-config" not in line  # that one: below
     ]
     assert len(commands) == 4
     for line in commands:
@@ -245,6 +251,128 @@ def test_cli_doc_commands_run(workspace: Path, tmp_path: Path) -> None:
         assert done.returncode == 0, (line, done.stderr)
         assert json.loads(done.stdout)
     assert json.loads((tmp_path / "trace.json").read_text())["traceEvents"]
+
+
+# -- tools from a module and from MCP servers ----------------------------------------
+
+MY_TOOLS = """
+from toolexec import SideEffects, function_tool
+
+
+@function_tool(side_effects=SideEffects.READ)
+def shout(text: str) -> str:
+    \"\"\"Say it louder.\"\"\"
+    return text.upper() + "!"
+
+
+TOOLS = [shout]
+"""
+
+
+def openai_chat_response(*calls: tuple[str, dict[str, Any]]) -> dict[str, Any]:
+    """An OpenAI Chat Completions response asking for these calls, ids c0, c1, ..."""
+    tool_calls = [
+        {"id": f"c{i}", "type": "function", "function": {"name": n, "arguments": json.dumps(a)}}
+        for i, (n, a) in enumerate(calls)
+    ]
+    return {"choices": [{"message": {"role": "assistant", "tool_calls": tool_calls}}]}
+
+
+def test_exec_with_mcp_servers_and_tools_from_a_module(tmp_path: Path) -> None:
+    (tmp_path / "my_tools.py").write_text(MY_TOOLS)
+    config = tmp_path / "mcp.json"  # VS Code's layout, with an optional server that fails
+    config.write_text(
+        json.dumps(
+            {
+                "servers": {
+                    "notes": {"type": "stdio", **sdk_server_entry()},
+                    "down": {"type": "stdio", "command": "/nonexistent", "required": False},
+                }
+            }
+        )
+    )
+    response = tmp_path / "response.json"
+    response.write_text(
+        json.dumps(
+            openai_chat_response(
+                ("shout", {"text": "first"}),
+                ("mcp__notes__echo", {"text": "second"}),
+                ("mcp__notes__greet", {"name": "third"}),
+                ("shout", {"text": "fourth"}),
+            )
+        )
+    )
+    args = ("exec", "response.json", "-w", ".", "--yes", "--mcp-config", "mcp.json")
+    done = toolexec(*args, "--tools", "my_tools:TOOLS", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    output = json.loads(done.stdout)
+    assert [(m["tool_call_id"], m["content"]) for m in output] == [
+        ("c0", "FIRST!"),
+        ("c1", "second"),
+        ("c2", "hello third"),
+        ("c3", "FOURTH!"),
+    ]
+    assert "toolexec: warning: skipped optional MCP server 'down'" in done.stderr
+    assert "4 call(s): 4 ok, 0 error(s)" in done.stderr
+
+
+def test_exec_tools_and_mcp_config_errors_are_usage_errors(tmp_path: Path) -> None:
+    (tmp_path / "my_tools.py").write_text(MY_TOOLS)
+    response = tmp_path / "response.json"
+    response.write_text(json.dumps(openai_chat_response(("shout", {"text": "x"}))))
+    base = ("exec", "response.json", "-w", ".", "--yes")
+    cases = [
+        (("--tools", "their_tools:TOOLS"), "no module named 'their_tools' in the current"),
+        (("--tools", "my_tools:TOLS"), "module 'my_tools' has no attribute 'TOLS'; it has: TOOLS"),
+        (("--tools", "my_tools:function_tool"), "is a plain function, not a tool"),
+        (("--mcp-config", "response.json"), "has no server list (keys: 'choices')"),
+    ]
+    for extra, message in cases:
+        done = toolexec(*base, *extra, cwd=tmp_path)
+        assert done.returncode == 2, (extra, done.stderr)
+        assert message in done.stderr
+        assert done.stdout == ""
+
+
+def test_cli_doc_tools_and_mcp_config_run(
+    filesystem_server: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    page = (ROOT / "docs" / "cli.md").read_text()
+    section = page[page.index("## Your own tools and MCP servers") : page.index("## Options")]
+    [module] = re.findall(r"```python\n(.*?)```", section, re.DOTALL)
+    config, response = re.findall(r"```json\n(.*?)```", section, re.DOTALL)
+    [command] = [
+        line for b in re.findall(r"```sh\n(.*?)```", section, re.DOTALL) for line in b.splitlines()
+    ]
+    warning, clash = re.findall(r"```text\n(.*?)```", section, re.DOTALL)
+    project = tmp_path / "project"
+    shutil.copytree(
+        EXAMPLES / "workspace",
+        project / "examples" / "workspace",
+        ignore=shutil.ignore_patterns("out"),
+    )
+    (project / "my_tools.py").write_text(module)
+    (project / "mcp.json").write_text(config)
+    (project / "response.json").write_text(response)
+    # `npx -y <package> DIR` runs the cached install of the package instead.
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "npx").write_text(f'#!/bin/sh\nshift 2\nexec "{filesystem_server}" "$@"\n')
+    (bin_dir / "npx").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+
+    done = toolexec(*shlex.split(command)[1:], cwd=project)
+    assert done.returncode == 0, done.stderr
+    texts = [m["content"] for m in json.loads(done.stdout)]
+    assert texts == ["3", (EXAMPLES / "workspace" / "notes" / "todo.txt").read_text()]
+    assert warning in done.stderr
+
+    (project / "my_tools.py").write_text(
+        module.replace("def word_count", "def read_file").replace("[word_count]", "[read_file]")
+    )
+    done = toolexec(*shlex.split(command)[1:], cwd=project)
+    assert done.returncode == 2
+    assert done.stderr == clash
 
 
 # -- the timeline, in process, on a mock clock ---------------------------------------

@@ -85,7 +85,7 @@ LAYERS: dict[str, str] = {
     **dict.fromkeys(["_model", "_agent", "_subagent"], "agents"),
     # Integrations: provider formats and SDK adapters, MCP, OpenAPI, the testing aids.
     **dict.fromkeys(["formats", "_adapters", "mcp", "openapi", "testing"], "integrations"),
-    "_cli": "cli",
+    **dict.fromkeys(["_cli", "_cli_sources"], "cli"),
     # The public face: re-exports only.
     **dict.fromkeys(
         [

@@ -41,6 +41,7 @@ from toolexec.events import CallbackSink, CallProgress, Event
 from toolexec.mcp import (
     MCPConnectionError,
     MCPServerConfig,
+    MCPServerSet,
     open_mcp_server,
     open_mcp_servers,
     parse_mcp_servers,
@@ -129,6 +130,92 @@ def test_parse_the_mcp_servers_format() -> None:
 def test_malformed_entries_are_refused_clearly(entry: dict[str, Any], message: str) -> None:
     with pytest.raises(ValueError, match=re.escape(message)):
         MCPServerConfig.from_entry("bad", entry)
+
+
+def test_malformed_entries_name_the_entry_the_fault_and_what_is_allowed() -> None:
+    with pytest.raises(ValueError, match="unknown transport type 'ws'; allowed: 'stdio', 'http'"):
+        MCPServerConfig.from_entry("bad", {"type": "ws", "url": "ws://x"})
+    with pytest.raises(ValueError, match=r"'required' must be true or false, got 'no'"):
+        MCPServerConfig.from_entry("bad", {"command": "x", "required": "no"})
+    with pytest.raises(ValueError, match=r"'command' must be a string, got \['x'\]"):
+        MCPServerConfig.from_entry("bad", {"command": ["x"]})
+    with pytest.raises(ValueError, match=r"'bad': expected an object with 'command' \(stdio\)"):
+        MCPServerConfig.from_entry("bad", "npx server")  # type: ignore[arg-type]
+    # every malformed entry of a document is named, in one message, before anything starts
+    with pytest.raises(ValueError, match="malformed") as caught:
+        parse_mcp_servers(
+            {
+                "mcpServers": {
+                    "good": {"command": "x"},
+                    "one": {"command": "x", "args": "-v"},
+                    "two": {"url": "http://x", "headers": {"N": 1}},
+                }
+            }
+        )
+    message = str(caught.value)
+    assert message.startswith("2 MCP server entries are malformed:")
+    assert "MCP server 'one': 'args' must be a list of strings, got '-v'" in message
+    assert "MCP server 'two': 'headers' must map names to strings" in message
+    assert "'good'" not in message
+
+
+def test_the_vs_code_layout_is_read_as_such() -> None:
+    document = {
+        "inputs": [{"type": "promptString", "id": "token", "password": True}],
+        "servers": {
+            "files": {"type": "stdio", "command": "npx", "args": ["-y", "pkg"], "env": {"A": "1"}},
+            "remote": {"type": "http", "url": "https://example.test/mcp", "headers": {"X": "y"}},
+        },
+    }
+    files, remote = parse_mcp_servers(document)
+    assert (files.name, files.command, files.args, dict(files.env)) == (
+        "files",
+        "npx",
+        ("-y", "pkg"),
+        {"A": "1"},
+    )
+    assert (remote.name, remote.url, dict(remote.headers)) == (
+        "remote",
+        "https://example.test/mcp",
+        {"X": "y"},
+    )
+
+
+def test_a_servers_document_is_not_one_server_named_servers() -> None:
+    # Read as the inner mapping, this was one server called "servers" whose
+    # entry had no 'command' or 'url'.
+    (config,) = parse_mcp_servers({"servers": {"notes": {"command": "notes-mcp"}}})
+    assert config.name == "notes"
+
+
+@pytest.mark.parametrize(
+    ("document", "message"),
+    [
+        ({"notes": {"command": "x"}}, "has no server list (keys: 'notes')"),
+        ({}, "has no server list (keys: none)"),
+        ({"mcpServers": {}, "servers": {}}, "has both 'mcpServers' and 'servers'"),
+        ({"servers": ["notes"]}, "'servers' must map server names to server entries, got list"),
+        ([], "an MCP configuration must be an object, got list"),
+    ],
+)
+def test_a_document_without_exactly_one_layout_is_refused(document: Any, message: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(message)) as caught:
+        parse_mcp_servers(document)
+    if "server list" in message or "both" in message:
+        assert '{"mcpServers": {name: entry}}' in str(caught.value)
+        assert '{"servers": {name: entry}}' in str(caught.value)
+
+
+def test_the_failure_policy_is_read_from_the_entry_and_wins_over_options() -> None:
+    strict, lenient = parse_mcp_servers(
+        {"mcpServers": {"a": {"command": "x"}, "b": {"command": "x", "required": False}}},
+        required=True,
+    )
+    assert (strict.required, lenient.required) == (True, False)
+    (relaxed,) = parse_mcp_servers({"servers": {"a": {"command": "x"}}}, required=False)
+    assert relaxed.required is False
+    with pytest.raises(TypeError):
+        MCPServerConfig("a", command="x", required="no")  # type: ignore[arg-type]
 
 
 # -- schemas ------------------------------------------------------------------
@@ -243,7 +330,7 @@ async def test_connection_failures_say_what_happened() -> None:
     script = "import sys; sys.stderr.write('missing API key\\n'); sys.exit(2)"
     with pytest.raises(MCPConnectionError) as caught:
         async with open_mcp_servers(
-            registry, {"bad": {"command": "python3", "args": ["-c", script]}}
+            registry, {"mcpServers": {"bad": {"command": "python3", "args": ["-c", script]}}}
         ):
             pass
     message = str(caught.value)
@@ -251,6 +338,63 @@ async def test_connection_failures_say_what_happened() -> None:
     assert "exited with code 2" in message
     assert "missing API key" in message
     assert len(registry) == 0
+
+
+async def test_optional_servers_that_fail_are_skipped_with_the_reason(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    registry = ToolRegistry()
+
+    @function_tool(name="mcp__clash__echo", side_effects=SideEffects.READ)
+    def taken(text: str) -> str:
+        """The host's own tool, whose name the 'clash' server would take."""
+        return text
+
+    registry.register(taken)
+    script = "import sys; sys.stderr.write('missing API key\\n'); sys.exit(2)"
+    config = {
+        "mcpServers": {
+            "down": {"command": "python3", "args": ["-c", script], "required": False},
+            "t": sdk_server_entry(),
+            "clash": {**sdk_server_entry(), "required": False},
+            "gone": {"command": "/nonexistent/mcp-server", "required": False},
+        }
+    }
+    with trio.fail_after(60):
+        async with open_mcp_servers(registry, config) as servers:
+            assert isinstance(servers, MCPServerSet)
+            assert list(servers) == ["t"]
+            assert len(servers) == 1
+            assert list(servers.skipped) == ["down", "clash", "gone"]
+            assert "exited with code 2" in servers.skipped["down"]
+            assert "missing API key" in servers.skipped["down"]
+            assert "cannot register 'mcp__clash__echo'" in servers.skipped["clash"]
+            assert "No such file" in servers.skipped["gone"]
+            [result] = await run(ToolExecutor(registry), ("mcp__t__echo", {"text": "up"}))
+            assert result.text == "up"
+            assert not any(
+                name.startswith("mcp__clash__") and name != "mcp__clash__echo"
+                for name in registry.names()
+            )
+    assert registry.names() == ["mcp__clash__echo"]
+    warnings = [r.getMessage() for r in caplog.records if r.name == "toolexec.mcp"]
+    assert any(w.startswith("skipped optional MCP server 'down'") for w in warnings)
+
+
+async def test_a_required_server_that_fails_closes_the_others() -> None:
+    registry = ToolRegistry()
+    config = [
+        MCPServerConfig("t", **sdk_server_entry()),
+        MCPServerConfig("gone", command="/nonexistent/mcp-server"),
+    ]
+    with trio.fail_after(60), pytest.raises(MCPConnectionError, match="'gone'"):
+        async with open_mcp_servers(registry, config):
+            pytest.fail("the block must not run")
+    assert len(registry) == 0
+    # required=False in the options makes every server optional, unless its own config says
+    async with open_mcp_servers(registry, config, required=False) as servers:
+        assert list(servers) == ["t"]
+        assert list(servers.skipped) == ["gone"]
 
 
 # -- calls ----------------------------------------------------------------------
@@ -547,14 +691,13 @@ def _code_blocks(language: str) -> list[str]:
     return re.findall(rf"```{language}\n(.*?)```", DOCS.read_text(), re.S)
 
 
-async def test_docs_example_runs(
-    filesystem_server: Path,
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
-    capsys: pytest.CaptureFixture[str],
-) -> None:
-    # The example starts the filesystem server with `npx -y <package> .`; an
-    # `npx` first on PATH runs the cached install instead of downloading it.
+@pytest.fixture
+def npx_runs_the_filesystem_server(
+    filesystem_server: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Path:
+    """Put an ``npx`` first on PATH that runs the cached install; chdir to a new project."""
+    # The examples start the filesystem server with `npx -y <package> .`; this
+    # runs the cached install instead of downloading it.
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     npx = bin_dir / "npx"
@@ -564,16 +707,51 @@ async def test_docs_example_runs(
     workdir = tmp_path / "project"
     workdir.mkdir()
     monkeypatch.chdir(workdir)
+    return workdir
 
-    [example] = [block for block in _code_blocks("python") if "open_mcp_servers" in block]
+
+def _run_example(block: str) -> Any:
     namespace: dict[str, Any] = {}
-    exec(compile(example, str(DOCS), "exec"), namespace)
+    exec(compile(block, str(DOCS), "exec"), namespace)
+    return namespace["main"]
+
+
+async def test_docs_example_runs(
+    npx_runs_the_filesystem_server: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    workdir = npx_runs_the_filesystem_server
+    [example] = [block for block in _code_blocks("python") if "mcp__files__write_file" in block]
     with trio.fail_after(60):
-        await namespace["main"]()
+        await _run_example(example)()
     out = capsys.readouterr().out
     assert "mcp__files__write_file False" in out
     assert "mcp__files__read_text_file False hello from toolexec" in out
     assert (workdir / "notes.txt").read_text() == "hello from toolexec"
 
-    for block in _code_blocks("json"):
-        assert parse_mcp_servers(json.loads(block))
+    layouts = [parse_mcp_servers(json.loads(block)) for block in _code_blocks("json")]
+    assert [[c.name for c in configs] for configs in layouts] == [["files", "search"]] * 2
+    assert layouts[0] == layouts[1]  # the same servers, in either layout
+    assert layouts[0][1].required is False
+
+
+async def test_docs_failure_policy_example_prints_what_it_shows(
+    npx_runs_the_filesystem_server: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    [example] = [block for block in _code_blocks("python") if "servers.skipped" in block]
+    [shown] = _code_blocks("output")
+    with trio.fail_after(60):
+        await _run_example(example)()
+    assert capsys.readouterr().out == shown
+
+
+def test_docs_malformed_entries_message_is_what_parse_raises() -> None:
+    [shown] = [b for b in _code_blocks("text") if "malformed" in b]
+    document = {
+        "mcpServers": {
+            "one": {"command": "x", "args": "-v"},
+            "two": {"type": "ws", "url": "ws://x"},
+        }
+    }
+    with pytest.raises(ValueError, match="malformed") as caught:
+        parse_mcp_servers(document)
+    assert str(caught.value) == shown.replace("\n  ", "\n").strip()

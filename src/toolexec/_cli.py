@@ -2,7 +2,9 @@
 
 ``toolexec exec RESPONSE.json --workspace DIR`` reads an LLM response in the
 OpenAI Chat Completions, OpenAI Responses or Anthropic Messages format, runs
-its tool calls through a ``ToolExecutor`` with the built-in tools, and prints
+its tool calls through a ``ToolExecutor`` with the built-in tools (plus the
+user's own, ``--tools``, and those of MCP servers, ``--mcp-config``: see
+``_cli_sources``), and prints
 the provider-format result messages as JSON on stdout. The plan of runs,
 live progress and approval prompts go to stderr, so stdout stays a clean
 JSON document to pipe on.
@@ -10,12 +12,14 @@ JSON document to pipe on.
 Exit codes: 0 the batch ran (even if some results are errors: those are for
 the model); 1 an unexpected failure (a bug: please report it); 2 a usage
 error (bad arguments, an unreadable or malformed file, a missing
-workspace); 130 interrupted.
+workspace, tools that do not load, a required MCP server that does not
+open); 130 interrupted.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 import tomllib
@@ -29,6 +33,14 @@ import trio
 from . import formats
 from ._approval import ApprovalConfig, AutoApprover, TerminalApprover
 from ._builtins import register_builtin_tools
+from ._cli_sources import (
+    ToolSources,
+    UsageError,
+    load_mcp_config,
+    load_tools,
+    open_mcp_tools,
+    warnings_to,
+)
 from ._display import display_json, display_lines, display_text
 from ._events import (
     ApprovalRequested,
@@ -51,15 +63,13 @@ if TYPE_CHECKING:
 
     from ._events import Event, EventSink
     from ._policy import ToolPolicy
+    from ._tool import ToolFactory
     from ._types import ToolCall, ToolResult
+    from .mcp import MCPServerConfig
 
 __all__ = ["main"]
 
 EXIT_OK, EXIT_FAILURE, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
-
-
-class UsageError(Exception):
-    """A problem the user can fix; the message says how. Exit code 2."""
 
 
 # -- arguments --------------------------------------------------------------------
@@ -80,7 +90,8 @@ def _parser() -> argparse.ArgumentParser:
             "Read a provider response (OpenAI Chat Completions, OpenAI Responses or "
             "Anthropic Messages), run its tool calls against a workspace with the built-in "
             "tools (read_file, write_file, edit_file, list_dir, search_files, echo, shell), "
-            "and print the result messages in the same format as JSON on stdout. The plan, "
+            "your own (--tools) and those of MCP servers (--mcp-config), and print the "
+            "result messages in the same format as JSON on stdout. The plan, "
             "progress and approval prompts go to stderr. Reads run without asking; writes "
             "and commands ask for approval on the terminal unless --yes is given."
         ),
@@ -111,6 +122,24 @@ def _parser() -> argparse.ArgumentParser:
         "--trace", metavar="FILE", help="write a Chrome trace-event timeline (opens in Perfetto)"
     )
     run.add_argument("--no-shell", action="store_true", help="do not offer the shell tool")
+    run.add_argument(
+        "--tools",
+        action="append",
+        default=[],
+        metavar="MODULE:ATTR",
+        help=(
+            "also offer your tools: a ToolRegistry, a list of tools or one tool, imported "
+            "from MODULE (the current directory first); repeatable"
+        ),
+    )
+    run.add_argument(
+        "--mcp-config",
+        metavar="FILE",
+        help=(
+            'open the MCP servers of a JSON config ({"mcpServers": ...} or VS Code\'s '
+            '{"servers": ...}) for the run and offer their tools'
+        ),
+    )
     run.add_argument(
         "--quiet", "-q", action="store_true", help="print no plan or progress on stderr"
     )
@@ -255,6 +284,8 @@ class _Job:
     workspace: Workspace
     policy: ToolPolicy
     approval: ApprovalConfig
+    tools: tuple[tuple[str, tuple[ToolFactory, ...]], ...] = ()
+    mcp: tuple[MCPServerConfig, ...] = ()
 
 
 def _load_job(args: argparse.Namespace) -> _Job:
@@ -270,14 +301,38 @@ def _load_job(args: argparse.Namespace) -> _Job:
     workspace = Workspace(args.workspace)
     if policy is not None:  # rules see paths as the workspace resolves them
         policy = attrs.evolve(policy, workspace=workspace)
-    return _Job(fmt, calls, workspace, policy or AllowAll(), approval)
+    tools = tuple((spec, tuple(load_tools(spec))) for spec in args.tools)
+    mcp = load_mcp_config(args.mcp_config) if args.mcp_config else ()
+    return _Job(fmt, calls, workspace, policy or AllowAll(), approval, tools, mcp)
+
+
+async def _open_tools(
+    job: _Job, args: argparse.Namespace, stack: contextlib.AsyncExitStack
+) -> ToolRegistry:
+    """The registry of the run: built-ins, ``--tools``, then the MCP servers' tools."""
+    sources = ToolSources()
+    register_builtin_tools(sources.registry, job.workspace, shell=not args.no_shell)
+    sources.claim("the built-in tools")
+    for spec, factories in job.tools:
+        for factory in factories:
+            sources.add(factory, f"--tools {spec}")
+    if job.mcp:
+        await open_mcp_tools(stack, job.mcp, sources, args.mcp_config)
+    return sources.registry
 
 
 async def _exec(
     job: _Job, args: argparse.Namespace, stdin: TextIO, stderr: TextIO
 ) -> list[dict[str, Any]]:
-    registry = ToolRegistry()
-    register_builtin_tools(registry, job.workspace, shell=not args.no_shell)
+    with warnings_to(stderr):
+        async with contextlib.AsyncExitStack() as stack:
+            registry = await _open_tools(job, args, stack)
+            return await _run(job, args, registry, stdin, stderr)
+
+
+async def _run(
+    job: _Job, args: argparse.Namespace, registry: ToolRegistry, stdin: TextIO, stderr: TextIO
+) -> list[dict[str, Any]]:
     recorder = TraceRecorder() if args.trace else None
     printer = ProgressPrinter(stderr, echo_answers=not args.yes and not _isatty(stdin))
     sinks: list[EventSink] = [] if args.quiet else [printer]

@@ -5,7 +5,7 @@ that imports the official ``mcp`` SDK. Its modules, by concept: ``_config``
 (how to reach a server), ``_schemas`` (input schemas made portable),
 ``_stdio`` (the stdio transport), ``_tool`` (an MCP tool as a toolexec
 tool), ``_server`` (a connection and its registered tools), ``_open`` (the
-``open_mcp_server(s)`` entry points).
+``open_mcp_server(s)`` entry points and the ``MCPServerSet`` they yield).
 
 Example::
 
@@ -19,6 +19,11 @@ Example::
 
 Theory of operation.
 
+* *Configure*: ``{"mcpServers": {...}}`` and VS Code's ``{"servers":
+  {...}}`` documents are read; a malformed entry is a ``ValueError`` naming
+  it before anything starts. Each server is required (its failure to open
+  is raised, the others closed) or optional (``"required": false``:
+  logged, skipped, listed in ``MCPServerSet.skipped``).
 * *Connect*: a stdio server is started in its own process group (toolexec's
   own transport, so it can kill the whole group and quote the server's last
   stderr lines when it dies); a ``url`` server is reached over streamable
@@ -64,13 +69,14 @@ from __future__ import annotations
 
 from .._public import fixup_module_metadata as _fixup_module_metadata
 from ._config import MCPServerConfig, parse_mcp_servers
-from ._open import open_mcp_server, open_mcp_servers
+from ._open import MCPServerSet, open_mcp_server, open_mcp_servers
 from ._server import MCPConnectionError, MCPServer, MCPTool
 
 __all__ = [
     "MCPConnectionError",
     "MCPServer",
     "MCPServerConfig",
+    "MCPServerSet",
     "MCPTool",
     "open_mcp_server",
     "open_mcp_servers",

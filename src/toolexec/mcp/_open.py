@@ -4,13 +4,15 @@ Each connection lives in a task of its own (``MCPServer._run``), not
 around the caller's block, so a transport that fails ends that connection
 without cancelling the caller; the caller's own exceptions come out
 unwrapped, not inside the exception groups of the SDK's task groups
-(``_unwrapping``).
+(``_unwrapping``). A server that fails to open is either fatal (the
+default, ``required``) or skipped with its reason (``required=False``).
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Iterable, Mapping
+import logging
+from collections.abc import AsyncIterator, Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -23,7 +25,36 @@ from ._server import MCPConnectionError, MCPServer, sole_leaf
 if TYPE_CHECKING:
     from .._registry import ToolRegistry
 
-__all__ = ["open_mcp_server", "open_mcp_servers"]
+__all__ = ["MCPServerSet", "open_mcp_server", "open_mcp_servers"]
+
+_log = logging.getLogger("toolexec.mcp")
+
+
+@attrs.frozen
+class MCPServerSet(Mapping[str, "MCPServer"]):
+    """The servers ``open_mcp_servers`` opened, by name, and those it skipped.
+
+    It is a read-only mapping of name -> ``MCPServer``: ``servers["notes"]``.
+
+    Attributes:
+        opened: name -> ``MCPServer``, in configuration order (what the set
+            itself maps).
+        skipped: name -> why, for each optional server (``"required":
+            false``) that could not be opened; the message is the
+            ``MCPConnectionError`` or ``RegistrationError`` it raised.
+    """
+
+    opened: Mapping[str, MCPServer]
+    skipped: Mapping[str, str] = attrs.field(factory=dict)
+
+    def __getitem__(self, name: str) -> MCPServer:
+        return self.opened[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.opened)
+
+    def __len__(self) -> int:
+        return len(self.opened)
 
 
 def _as_config(
@@ -102,7 +133,10 @@ async def open_mcp_server(
 def _configs(
     config: Mapping[str, Any] | Iterable[MCPServerConfig], options: Mapping[str, Any]
 ) -> tuple[MCPServerConfig, ...]:
-    """The servers of ``config`` with ``options`` applied; their names must be unique."""
+    """The servers of ``config`` with ``options`` applied; their names must be unique.
+
+    In a document, an entry's own ``required`` wins over ``options``.
+    """
     if isinstance(config, Mapping):
         configs = parse_mcp_servers(config, **options)
     else:
@@ -118,28 +152,34 @@ async def open_mcp_servers(
     registry: ToolRegistry,
     config: Mapping[str, Any] | Iterable[MCPServerConfig],
     **options: Any,
-) -> AsyncIterator[dict[str, MCPServer]]:
-    """Connect to every server of an ``mcpServers`` configuration, concurrently.
+) -> AsyncIterator[MCPServerSet]:
+    """Connect to every server of an MCP configuration, concurrently.
 
     Example::
 
         config = json.loads(Path("mcp.json").read_text())
         async with open_mcp_servers(registry, config, timeout=30) as servers:
-            ...   # servers["notes"].tools
+            ...   # servers["notes"].tools; servers.skipped: optional servers that failed
 
-    If any server fails to connect, the others are closed and the first
-    failure is raised. On exit (or cancellation) every server is closed.
+    A *required* server (the default) that fails to connect, or whose tool
+    names are taken, closes the others and its failure is raised. An
+    *optional* one (``"required": false``) is logged as a warning on
+    ``toolexec.mcp`` and listed in ``skipped``; the others open. On exit
+    (or cancellation) every server is closed.
 
     Args:
         registry: where the tools are registered.
-        config: ``{"mcpServers": {...}}``, the inner mapping, or configs.
-        options: ``MCPServerConfig`` fields applied to every server.
+        config: a document (``{"mcpServers": {...}}`` or ``{"servers":
+            {...}}``, see ``parse_mcp_servers``) or configs.
+        options: ``MCPServerConfig`` fields applied to every server; in a
+            document, an entry's own ``required`` wins over ``required=`` here.
 
     Raises:
         MCPConnectionError, RegistrationError, ValueError: as ``open_mcp_server``.
     """
     configs = _configs(config, options)
     servers: dict[str, MCPServer] = {}
+    skipped: dict[str, str] = {}
     failures: list[BaseException] = []
     async with _unwrapping() as raised, trio.open_nursery() as nursery:
         stop = trio.Event()
@@ -156,7 +196,11 @@ async def open_mcp_servers(
                 leaf = sole_leaf(exc)
                 if not isinstance(leaf, MCPConnectionError | RegistrationError):
                     raise
-                failures.append(leaf)
+                if cfg.required:
+                    failures.append(leaf)
+                else:
+                    _log.warning("skipped optional MCP server %r: %s", cfg.name, leaf)
+                    skipped[cfg.name] = str(leaf)
 
         async with trio.open_nursery() as starters:
             for cfg in configs:
@@ -164,8 +208,12 @@ async def open_mcp_servers(
         if failures:
             nursery.cancel_scope.cancel()
         else:
+            order = [c.name for c in configs]
             try:
-                yield dict(servers)
+                yield MCPServerSet(
+                    {n: servers[n] for n in order if n in servers},
+                    {n: skipped[n] for n in order if n in skipped},
+                )
             except BaseException as exc:
                 raised.append(exc)
                 raise
