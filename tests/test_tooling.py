@@ -91,7 +91,7 @@ def test_constraints_pin_every_dependency_of_the_test_extra() -> None:
 # Branch coverage of the whole suite when the floor was set. The floor in
 # pyproject.toml starts here and only goes up: when coverage rises, raise
 # fail_under to the new total rounded down; never lower it.
-FLOOR_WHEN_SET = 91
+FLOOR_WHEN_SET = 94
 
 
 def test_branch_coverage_is_measured_with_a_floor_that_only_goes_up() -> None:
