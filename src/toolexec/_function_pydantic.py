@@ -15,12 +15,11 @@ import sys
 from typing import Any
 
 from ._function_meta import Converter, Invalid, refuse
+from ._schema import SUBSCHEMA_MAPS, SUBSCHEMA_VALUES
 
 __all__ = ["is_model", "model_parameter"]
 
 _UNPORTABLE = ("oneOf", "allOf", "not", "if", "then", "else", "patternProperties")
-_SCHEMA_MAPS = ("properties",)
-_SCHEMA_VALUES = ("items", "additionalProperties", "contains", "propertyNames")
 
 
 class _Refused(Exception):
@@ -90,9 +89,9 @@ def _walk(node: dict[str, Any], defs: dict[str, Any], stack: tuple[str, ...]) ->
     for key, value in node.items():
         if key in ("title", "$defs"):
             continue
-        if key in _SCHEMA_MAPS:
+        if key in SUBSCHEMA_MAPS:
             out[key] = {name: _inline(sub, defs, stack) for name, sub in value.items()}
-        elif key in _SCHEMA_VALUES or key == "prefixItems":
+        elif key in SUBSCHEMA_VALUES:
             out[key] = (
                 [_inline(s, defs, stack) for s in value]
                 if isinstance(value, list)

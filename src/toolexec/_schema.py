@@ -20,16 +20,24 @@ import jsonschema_rs
 
 from ._errors import RegistrationError
 
-__all__ = ["CompiledSchema", "check_tool_name", "compile_schema"]
+__all__ = [
+    "COMBINATORS",
+    "SUBSCHEMA_MAPS",
+    "SUBSCHEMA_VALUES",
+    "CompiledSchema",
+    "check_tool_name",
+    "compile_schema",
+]
 
 _NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
 # Keywords some provider rejects or ignores; refused at registration.
 _FORBIDDEN = ("$ref", "oneOf", "anyOf", "allOf", "not", "if", "then", "else", "patternProperties")
-# Keywords whose value is a map of names to sub-schemas.
-_SCHEMA_MAPS = ("properties", "$defs", "definitions", "dependentSchemas")
-# Keywords whose value is one sub-schema (or a list of them, for prefixItems).
-_SCHEMA_VALUES = (
+# The keywords that hold sub-schemas, for every module that walks a schema:
+# those whose value maps names to sub-schemas,
+SUBSCHEMA_MAPS = ("properties", "$defs", "definitions", "dependentSchemas")
+# those whose value is one sub-schema (or a list of them, for prefixItems),
+SUBSCHEMA_VALUES = (
     "items",
     "additionalProperties",
     "contains",
@@ -38,6 +46,8 @@ _SCHEMA_VALUES = (
     "unevaluatedItems",
     "prefixItems",
 )
+# and the combinators, whose value is a list of sub-schemas (or one, for not).
+COMBINATORS = ("not", "allOf", "anyOf", "oneOf")
 
 
 def check_tool_name(name: str) -> None:
@@ -66,10 +76,10 @@ def _check_subset(schema: Any, where: str, tool: str) -> None:
 
 def _subschemas(schema: Mapping[str, Any], where: str) -> Iterator[tuple[Any, str]]:
     """The schemas nested in ``schema``, each with its place."""
-    for key in _SCHEMA_MAPS:
+    for key in SUBSCHEMA_MAPS:
         for name, sub in (schema.get(key) or {}).items():
             yield sub, f"{where}/{key}/{name}"
-    for key in _SCHEMA_VALUES:
+    for key in SUBSCHEMA_VALUES:
         sub = schema.get(key)
         if isinstance(sub, list):
             for i, item in enumerate(sub):

@@ -18,27 +18,13 @@ from urllib.parse import unquote
 
 import attrs
 
+from .._schema import COMBINATORS, SUBSCHEMA_MAPS, SUBSCHEMA_VALUES
+
 __all__ = ["Resolver", "Unsupported", "portable"]
 
 _DROP = frozenset(("discriminator", "xml", "externalDocs", "example", "nullable"))
-# Keywords whose value is a map of names to sub-schemas.
-_SCHEMA_MAPS = frozenset(("properties", "$defs", "definitions", "dependentSchemas"))
-# Keywords whose value is one sub-schema or a list of them.
-_SCHEMA_VALUES = frozenset(
-    (
-        "items",
-        "additionalProperties",
-        "contains",
-        "propertyNames",
-        "unevaluatedProperties",
-        "unevaluatedItems",
-        "prefixItems",
-        "not",
-        "allOf",
-        "anyOf",
-        "oneOf",
-    )
-)
+_SCHEMA_MAPS = frozenset(SUBSCHEMA_MAPS)
+_SCHEMA_VALUES = frozenset((*SUBSCHEMA_VALUES, *COMBINATORS))
 _NULL = {"type": "null"}
 
 
