@@ -6,6 +6,7 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import attrs
 import pytest
 import trio
 import trio.testing
@@ -38,6 +39,7 @@ from toolexec.events import (
     CallProgress,
     CallStarted,
     Event,
+    TraceRecorder,
 )
 from toolexec.models import ModelResponse
 from toolexec.policy import ExecutionGrant
@@ -220,6 +222,32 @@ async def test_sibling_children_name_their_own_parent_call() -> None:
             assert (e.parent_batch_id, e.parent_call_id) in researcher_calls
             deep.add(e.agent_path)
     assert len(deep) == 1
+
+
+async def test_trace_recorder_names_the_parent_call_of_each_child_batch() -> None:
+    recorder = TraceRecorder()
+    executor = make_executor(
+        researcher_tool(lambda: ScriptedModel([tool_call("lookup", {"key": "k"}), "done"]))
+    )
+    executor = attrs.evolve(executor, sinks=[recorder])
+    root = ScriptedModel(
+        [[tool_call("researcher", {"task": t}, id=f"p-{t}") for t in "ab"], "done"]
+    )
+    result = await AgentLoop(root, executor).run("go")
+
+    parents = {r.details["agent_path"]: r.call_id for r in result.transcript[-2].tool_results}
+    trace = recorder.chrome_trace()["traceEvents"]
+    names = {e["pid"]: e["args"]["name"] for e in trace if e.get("name") == "process_name"}
+    batches = [e for e in trace if e["ph"] == "X" and e["cat"] == "batch"]
+    assert len(batches) == 3
+    for batch in batches:
+        path = batch["name"].removeprefix("batch ").rsplit(":", 1)[0]
+        if path == "root":
+            assert "parent_call_id" not in batch["args"]
+            continue
+        assert batch["args"]["parent_call_id"] == parents[path]
+        assert batch["args"]["parent_batch_id"] == "root:b0"
+        assert names[batch["pid"]] == f"agent {path} (under {parents[path]})"
 
 
 async def test_child_progress_reaches_the_parent_call() -> None:
