@@ -31,6 +31,7 @@ MODULES = {
     "toolexec.formats": "Provider wire formats",
     "toolexec.mcp": "MCP tool sources (extra `mcp`)",
     "toolexec.openapi": "OpenAPI tool sources (extra `openapi`)",
+    "toolexec.otel": "OpenTelemetry spans (extra `otel`)",
     "toolexec.testing": "Test helpers",
 }
 
@@ -166,7 +167,8 @@ and registry, calls, results and content blocks, the tool protocol and
 agent loops and sub-agents, the workspace and the errors. Everything else
 lives in a public module named for its concern: `toolexec.events`,
 `toolexec.policy`, `toolexec.approval`, `toolexec.tools`, `toolexec.models`,
-`toolexec.formats`, `toolexec.mcp`, `toolexec.openapi` and `toolexec.testing`.
+`toolexec.formats`, `toolexec.mcp`, `toolexec.openapi`, `toolexec.otel` and
+`toolexec.testing`.
 Each name lives in exactly one module, the one shown in its `repr` and in
 tracebacks; the one exception is `toolexec.policy`, which also lists the
 root's policy basics (`ToolPolicy`, `AllowAll`, `Allow`, `Deny`, `Ask`) as

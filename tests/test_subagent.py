@@ -6,6 +6,7 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import attrs
 import pytest
 import trio
 import trio.testing
@@ -38,6 +39,7 @@ from toolexec.events import (
     CallProgress,
     CallStarted,
     Event,
+    TraceRecorder,
 )
 from toolexec.models import ModelResponse
 from toolexec.policy import ExecutionGrant
@@ -180,6 +182,72 @@ async def test_tree_events_are_tagged_and_causally_nested() -> None:
             assert child_start < i < child_end
         elif e.agent_path.startswith("root/"):
             assert root_start < i < root_end
+
+
+async def test_sibling_children_name_their_own_parent_call() -> None:
+    events: list[Event] = []
+    children = iter(
+        [
+            ScriptedModel([tool_call("lookup", {"key": "a"}), "a done"]),
+            ScriptedModel([tool_call("lookup", {"key": "b"}), delegate("deeper"), "b done"]),
+            ScriptedModel([tool_call("lookup", {"key": "z"}), "deepest"]),
+        ]
+    )
+    executor = make_executor(researcher_tool(lambda: next(children)), events=events)
+    root = ScriptedModel(
+        [[tool_call("researcher", {"task": "a"}, id="p-a"), delegate("b")], "done"]
+    )
+    result = await AgentLoop(root, executor).run("go")
+
+    by_path = {r.details["agent_path"]: r.call_id for r in result.transcript[-2].tool_results}
+    assert sorted(by_path) == ["root/researcher#1", "root/researcher#2"]
+    assert "p-a" in by_path.values()
+    root_batch = next(e.batch_id for e in events if e.agent_path == "root")
+    researcher_calls = {
+        (e.batch_id, e.call_id)
+        for e in events
+        if isinstance(e, CallStarted) and e.tool_name == "researcher"
+    }
+    deep = set()
+    for e in events:
+        if e.agent_path == "root":
+            assert (e.parent_batch_id, e.parent_call_id) == (None, None)
+        elif e.agent_path in by_path:
+            assert (e.parent_batch_id, e.parent_call_id) == (root_batch, by_path[e.agent_path])
+        else:  # the grandchild names its parent's call, in its parent's batch
+            parent_path = e.agent_path.rsplit("/", 1)[0]
+            assert parent_path in by_path
+            assert e.parent_batch_id is not None
+            assert e.parent_batch_id.startswith(f"{parent_path}:b")
+            assert (e.parent_batch_id, e.parent_call_id) in researcher_calls
+            deep.add(e.agent_path)
+    assert len(deep) == 1
+
+
+async def test_trace_recorder_names_the_parent_call_of_each_child_batch() -> None:
+    recorder = TraceRecorder()
+    executor = make_executor(
+        researcher_tool(lambda: ScriptedModel([tool_call("lookup", {"key": "k"}), "done"]))
+    )
+    executor = attrs.evolve(executor, sinks=[recorder])
+    root = ScriptedModel(
+        [[tool_call("researcher", {"task": t}, id=f"p-{t}") for t in "ab"], "done"]
+    )
+    result = await AgentLoop(root, executor).run("go")
+
+    parents = {r.details["agent_path"]: r.call_id for r in result.transcript[-2].tool_results}
+    trace = recorder.chrome_trace()["traceEvents"]
+    names = {e["pid"]: e["args"]["name"] for e in trace if e.get("name") == "process_name"}
+    batches = [e for e in trace if e["ph"] == "X" and e["cat"] == "batch"]
+    assert len(batches) == 3
+    for batch in batches:
+        path = batch["name"].removeprefix("batch ").rsplit(":", 1)[0]
+        if path == "root":
+            assert "parent_call_id" not in batch["args"]
+            continue
+        assert batch["args"]["parent_call_id"] == parents[path]
+        assert batch["args"]["parent_batch_id"] == "root:b0"
+        assert names[batch["pid"]] == f"agent {path} (under {parents[path]})"
 
 
 async def test_child_progress_reaches_the_parent_call() -> None:

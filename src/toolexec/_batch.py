@@ -81,7 +81,7 @@ class Batch:
 
     def __attrs_post_init__(self) -> None:
         rt = self._runtime
-        self._report = Reporter(rt.agent_path, self.id, rt.sinks, rt.hooks)
+        self._report = Reporter(rt.agent_path, self.id, rt.sinks, rt.hooks, rt.parent_call)
 
     def cancel(self) -> None:
         """Cancel the batch: unfinished calls get ``cancelled`` results."""

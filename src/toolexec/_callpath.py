@@ -69,6 +69,8 @@ class Runtime:
     asker: Asker
     services: Services
     executor: object
+    # (batch id, call id) of the call this executor's sub-agent runs under.
+    parent_call: tuple[str, str] | None = None
     in_flight: int = 0
     # ``Batch.cancel`` of every batch running now, for ``cancel_all``.
     cancellers: set[Callable[[], None]] = attrs.field(factory=set)
@@ -285,6 +287,7 @@ def _start(rt: Runtime, slot: CallSlot, report: Reporter) -> tuple[ToolContext, 
         executor=rt.executor,
         services=rt.services,
         emit=report.progress_emitter(call) if report.observed else _drop,
+        batch_id=report.batch_id,
     )
     return ctx, start, timeout
 

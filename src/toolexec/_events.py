@@ -2,6 +2,9 @@
 
 Events are frozen values. Every event names the agent path it happened in
 (``root``, ``root/researcher#2``) and the batch; times are trio clock times.
+An event of a sub-agent's batch also names the call that started the
+sub-agent (``parent_batch_id``, ``parent_call_id``); at the root both are
+``None``.
 Sinks are synchronous and must not block: emitting happens on the call's
 path. A sink that raises is logged and otherwise ignored; a full channel
 sink drops the event and counts it.
@@ -50,6 +53,8 @@ class BatchPlanned:
     agent_path: str
     batch_id: str
     time: float
+    parent_batch_id: str | None = None
+    parent_call_id: str | None = None
     plan: BatchPlan
 
 
@@ -60,6 +65,8 @@ class RunStarted:
     agent_path: str
     batch_id: str
     time: float
+    parent_batch_id: str | None = None
+    parent_call_id: str | None = None
     index: int
     routing: RoutingClass
     call_ids: tuple[str, ...]
@@ -72,6 +79,8 @@ class RunFinished:
     agent_path: str
     batch_id: str
     time: float
+    parent_batch_id: str | None = None
+    parent_call_id: str | None = None
     index: int
 
 
@@ -82,6 +91,8 @@ class CallStarted:
     agent_path: str
     batch_id: str
     time: float
+    parent_batch_id: str | None = None
+    parent_call_id: str | None = None
     call_id: str
     tool_name: str
     routing: RoutingClass
@@ -94,6 +105,8 @@ class CallProgress:
     agent_path: str
     batch_id: str
     time: float
+    parent_batch_id: str | None = None
+    parent_call_id: str | None = None
     call_id: str
     tool_name: str
     message: str
@@ -106,6 +119,8 @@ class CallUpdate:
     agent_path: str
     batch_id: str
     time: float
+    parent_batch_id: str | None = None
+    parent_call_id: str | None = None
     call_id: str
     tool_name: str
     partial: ToolOutput
@@ -118,6 +133,8 @@ class CallCompleted:
     agent_path: str
     batch_id: str
     time: float
+    parent_batch_id: str | None = None
+    parent_call_id: str | None = None
     call_id: str
     tool_name: str
     duration: float
@@ -130,6 +147,8 @@ class CallFailed:
     agent_path: str
     batch_id: str
     time: float
+    parent_batch_id: str | None = None
+    parent_call_id: str | None = None
     call_id: str
     tool_name: str
     error_class: ErrorClass
@@ -144,6 +163,8 @@ class InputInvalid:
     agent_path: str
     batch_id: str
     time: float
+    parent_batch_id: str | None = None
+    parent_call_id: str | None = None
     call_id: str
     tool_name: str
     violations: tuple[str, ...]
@@ -156,6 +177,8 @@ class ApprovalRequested:
     agent_path: str
     batch_id: str
     time: float
+    parent_batch_id: str | None = None
+    parent_call_id: str | None = None
     call_id: str
     tool_name: str
     summary: str
@@ -168,6 +191,8 @@ class ApprovalResolved:
     agent_path: str
     batch_id: str
     time: float
+    parent_batch_id: str | None = None
+    parent_call_id: str | None = None
     call_id: str
     tool_name: str
     approved: bool
@@ -181,6 +206,8 @@ class BatchFinished:
     agent_path: str
     batch_id: str
     time: float
+    parent_batch_id: str | None = None
+    parent_call_id: str | None = None
     steering_messages: tuple[str, ...]
     cancelled: bool
 

@@ -149,6 +149,9 @@ class ToolExecutor:
         services: host objects tools look up by type through
             ``ToolContext.service`` (an ``AgentTree`` with the tree's
             limits, say). Every fork shares them.
+        parent_call: ``(batch id, call id)`` of the call whose sub-agent
+            this executor runs (set by ``fork_for_subagent``); its events
+            carry them as ``parent_batch_id`` and ``parent_call_id``.
 
     An executor is immutable; ``fork_for_subagent`` makes a changed copy.
     """
@@ -185,6 +188,7 @@ class ToolExecutor:
     )
     backends: Mapping[str, Backend] = attrs.field(factory=dict, validator=_check_backends)
     services: Services = attrs.field(factory=Services, converter=_as_services)
+    parent_call: tuple[str, str] | None = None
     _memory: ApprovalMemory = attrs.field(factory=ApprovalMemory, alias="memory", repr=False)
     _pools: Pools | None = attrs.field(default=None, alias="pools", repr=False)
     _planner: Planner = attrs.field(init=False, repr=False)
@@ -217,6 +221,7 @@ class ToolExecutor:
             Asker(self.approver, approval, self._memory, self.agent_path),
             self.services,
             self,
+            self.parent_call,
         )
         for name, value in (
             ("_pools", pools),
@@ -283,6 +288,7 @@ class ToolExecutor:
         *,
         registry: ToolRegistry | None = None,
         policy: ToolPolicy | None = None,
+        parent_call: tuple[str, str] | None = None,
     ) -> ToolExecutor:
         """An executor for a sub-agent: same tools, policy and sinks, forked pools.
 
@@ -296,12 +302,15 @@ class ToolExecutor:
             name: the child's name; its path is ``<this path>/<name>``.
             registry: the child's tools, if not this executor's.
             policy: the child's policy, if not this executor's.
+            parent_call: ``(batch id, call id)`` of the call starting the
+                sub-agent; the child's events name it.
         """
         return attrs.evolve(
             self,
             registry=registry if registry is not None else self.registry,
             policy=policy if policy is not None else self.policy,
             agent_path=f"{self.agent_path}/{name}",
+            parent_call=parent_call,
             memory=self._memory,
             pools=self.pools.fork(),
         )

@@ -1,8 +1,9 @@
 """What a batch tells its observers: events to the sinks, results to the hooks.
 
 One ``Reporter`` per batch fills the fields every event shares (agent path,
-batch id, time). Observers never hurt a call: a sink or hook that raises is
-logged and skipped (``emit_to`` does the same for sinks).
+batch id, time, and for a sub-agent's batch the parent call). Observers
+never hurt a call: a sink or hook that raises is logged and skipped
+(``emit_to`` does the same for sinks).
 """
 
 from __future__ import annotations
@@ -44,6 +45,8 @@ class Reporter:
     batch_id: str
     sinks: tuple[EventSink, ...]
     hooks: tuple[CallHook, ...]
+    # (batch id, call id) of the call whose sub-agent runs this batch, if any.
+    parent: tuple[str, str] | None = None
 
     @property
     def observed(self) -> bool:
@@ -54,7 +57,15 @@ class Reporter:
         """Send ``kind(...)`` to the sinks, filling the common fields."""
         if self.sinks:
             now = trio.current_time()
-            event = kind(agent_path=self.agent_path, batch_id=self.batch_id, time=now, **fields)
+            parent_batch, parent_call = self.parent or (None, None)
+            event = kind(
+                agent_path=self.agent_path,
+                batch_id=self.batch_id,
+                time=now,
+                parent_batch_id=parent_batch,
+                parent_call_id=parent_call,
+                **fields,
+            )
             emit_to(self.sinks, event)
 
     def call_event(self, kind: Callable[..., Event], call: ToolCall, **fields: Any) -> None:

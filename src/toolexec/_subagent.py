@@ -346,6 +346,7 @@ class SubAgentTool:
                 unique,
                 registry=registry,
                 policy=_NarrowedPolicy.below(parent.policy, parent.agent_path),
+                parent_call=(ctx.batch_id, ctx.call_id),
             )
             loop = AgentLoop(
                 self._model(),

@@ -110,6 +110,7 @@ class ToolContext:
         workspace: the workspace the executor was given, if any.
         grant: what the policy attached to this call (sandbox, limits).
         grace_period: seconds a cancelled tool gets for its cleanup.
+        batch_id: the id of the batch the call belongs to.
 
     Use ``service(kind)`` for the host objects the executor was given and for
     the executor itself (``ctx.service(ToolExecutor)``).
@@ -125,6 +126,7 @@ class ToolContext:
     _executor: object = attrs.field(default=None, alias="executor", repr=False)
     _services: Services = attrs.field(factory=Services, alias="services", repr=False)
     _emit: Callable[[str, Any], None] = attrs.field(default=_drop, alias="emit", repr=False)
+    batch_id: str = ""
 
     @overload
     def service(self, kind: type[T]) -> T | None: ...

@@ -13,6 +13,9 @@ an approval step the wait before ``execute`` is one ``queued / permit``
 slice: a turn in a serial run and a permit look the same from the events.
 A call answered at plan time (unknown tool, bad arguments, a denial) gets a
 zero-length slice when its result is given. Timestamps are microseconds since the first event.
+A sub-agent is a process of its own; its batch slice names the call that
+started it in ``args`` (``parent_batch_id``, ``parent_call_id``), and the
+process name says which call (``agent root/researcher#1 (under call_7)``).
 """
 
 from __future__ import annotations
@@ -55,7 +58,25 @@ class _Call:
 
 @attrs.define(eq=False)
 class TraceRecorder:
-    """An ``EventSink`` that records a batch for a Chrome trace-event timeline."""
+    """Record batches as a Chrome trace-event timeline (Perfetto, chrome://tracing).
+
+    An event sink that only appends what it hears, so recording costs a call
+    nothing; ``chrome_trace()`` builds the timeline afterwards. Each agent
+    path is a process; its batch and runs sit on thread 0 and every call on
+    a thread of its own, with slices for the time it was queued, waited for
+    approval or a permit, and executed. A sub-agent's batch slice names the
+    parent call in its ``args``.
+
+    Example::
+
+        recorder = TraceRecorder()
+        executor = ToolExecutor(registry, sinks=[recorder])
+        await executor.execute_batch(calls)
+        Path("trace.json").write_text(json.dumps(recorder.chrome_trace()))
+
+    Attributes:
+        events: every event recorded, in arrival order.
+    """
 
     events: list[Event] = attrs.field(factory=list)
 
@@ -87,10 +108,11 @@ class _Builder:
     def us(self, t: float) -> float:
         return round((t - self.origin) * 1e6, 3)
 
-    def pid(self, agent_path: str) -> int:
+    def pid(self, agent_path: str, parent_call_id: str | None = None) -> int:
         if agent_path not in self.pids:
             self.pids[agent_path] = len(self.pids) + 1
-            self.meta(self.pids[agent_path], 0, "process_name", f"agent {agent_path}")
+            under = f" (under {parent_call_id})" if parent_call_id is not None else ""
+            self.meta(self.pids[agent_path], 0, "process_name", f"agent {agent_path}{under}")
             self.meta(self.pids[agent_path], 0, "thread_name", "batch and runs")
         return self.pids[agent_path]
 
@@ -122,7 +144,7 @@ class _Builder:
         return self.calls[key]
 
     def feed(self, event: Event) -> None:
-        pid = self.pid(event.agent_path)
+        pid = self.pid(event.agent_path, event.parent_call_id)
         if isinstance(event, BatchPlanned):
             self.planned(event)
         elif isinstance(event, RunStarted):
@@ -131,8 +153,7 @@ class _Builder:
             start, routing = self.open_runs.pop((event.batch_id, event.index), (event.time, "?"))
             self.slice(pid, 0, f"run {event.index} {routing}", "run", start, event.time)
         elif isinstance(event, BatchFinished):
-            start = self.batches.pop(event.batch_id, event.time)
-            self.slice(pid, 0, f"batch {event.batch_id}", "batch", start, event.time)
+            self.batch_finished(event, pid)
         elif isinstance(event, ApprovalRequested | ApprovalResolved | CallStarted):
             self.step(event)
         elif isinstance(event, CallCompleted | CallFailed):
@@ -145,6 +166,16 @@ class _Builder:
         for run in event.plan.runs:
             for cid, tool in zip(run.call_ids, run.tool_names, strict=True):
                 self.call(event.agent_path, event.batch_id, cid, tool)
+
+    def batch_finished(self, event: BatchFinished, pid: int) -> None:
+        start = self.batches.pop(event.batch_id, event.time)
+        parent: dict[str, Any] = {}
+        if event.parent_call_id is not None:
+            parent = {
+                "parent_batch_id": event.parent_batch_id,
+                "parent_call_id": event.parent_call_id,
+            }
+        self.slice(pid, 0, f"batch {event.batch_id}", "batch", start, event.time, **parent)
 
     def run_started(self, event: RunStarted) -> None:
         self.open_runs[(event.batch_id, event.index)] = (event.time, event.routing.value)

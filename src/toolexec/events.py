@@ -4,7 +4,9 @@ Every event is a frozen value naming the agent path and the batch it
 happened in; ``Event`` is their union. Give sinks to the executor
 (``ToolExecutor(registry, sinks=[...])``): ``CallbackSink`` calls a function,
 ``ChannelSink`` feeds a bounded trio channel, ``JsonlAuditSink`` appends one
-JSON line per event. Emitting never blocks a call and never raises into it.
+JSON line per event, ``TraceRecorder`` builds a Chrome/Perfetto timeline.
+Emitting never blocks a call and never raises into it. For OpenTelemetry
+spans see ``toolexec.otel.OTelSink``.
 
 Example::
 
@@ -39,6 +41,7 @@ from ._events import (
     RunStarted,
 )
 from ._public import fixup_module_metadata as _fixup_module_metadata
+from ._trace import TraceRecorder
 
 __all__ = [
     "ApprovalRequested",
@@ -58,6 +61,7 @@ __all__ = [
     "JsonlAuditSink",
     "RunFinished",
     "RunStarted",
+    "TraceRecorder",
 ]
 
 _fixup_module_metadata(__name__, __all__)
