@@ -84,7 +84,7 @@ LAYERS: dict[str, str] = {
     # Agents: the model protocol, the loop, sub-agents.
     **dict.fromkeys(["_model", "_agent", "_subagent"], "agents"),
     # Integrations: provider formats and SDK adapters, MCP, OpenAPI, the testing aids.
-    **dict.fromkeys(["formats", "_adapters", "mcp", "openapi", "testing"], "integrations"),
+    **dict.fromkeys(["formats", "_adapters", "mcp", "openapi", "testing", "aio"], "integrations"),
     **dict.fromkeys(["_cli", "_cli_sources"], "cli"),
     # The public face: re-exports only.
     **dict.fromkeys(

@@ -34,7 +34,14 @@ TIERS = [
     "toolexec.tools",
     "toolexec.models",
 ]
-PUBLIC = [*TIERS, "toolexec.formats", "toolexec.mcp", "toolexec.openapi", "toolexec.testing"]
+PUBLIC = [
+    *TIERS,
+    "toolexec.aio",
+    "toolexec.formats",
+    "toolexec.mcp",
+    "toolexec.openapi",
+    "toolexec.testing",
+]
 # toolexec.policy lists the root's policy basics too, as the same objects.
 REEXPORTED = {"toolexec.policy": {"Allow", "AllowAll", "Ask", "Deny", "ToolPolicy"}}
 
