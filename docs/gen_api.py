@@ -28,6 +28,7 @@ MODULES = {
     "toolexec.backends": "Where calls run",
     "toolexec.tools": "Built-in tools",
     "toolexec.models": "Models and SDK adapters (extras `openai`, `anthropic`)",
+    "toolexec.aio": "Calling toolexec from asyncio",
     "toolexec.formats": "Provider wire formats",
     "toolexec.mcp": "MCP tool sources (extra `mcp`)",
     "toolexec.openapi": "OpenAPI tool sources (extra `openapi`)",

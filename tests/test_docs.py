@@ -18,7 +18,14 @@ from typing import Any
 import pytest
 
 DOCS = Path(__file__).parent.parent / "docs"
-PAGES = ["concepts.md", "function-tools.md", "observability.md", "security.md", "testing.md"]
+PAGES = [
+    "asyncio.md",
+    "concepts.md",
+    "function-tools.md",
+    "observability.md",
+    "security.md",
+    "testing.md",
+]
 
 FENCE = re.compile(r"^```(python|output)\n(.*?)^```", flags=re.DOTALL | re.MULTILINE)
 

@@ -84,8 +84,10 @@ LAYERS: dict[str, str] = {
     # Agents: the model protocol, the loop, sub-agents.
     **dict.fromkeys(["_model", "_agent", "_subagent"], "agents"),
     # Integrations: provider formats and SDK adapters, MCP, OpenAPI, OpenTelemetry,
-    # the testing aids.
-    **dict.fromkeys(["formats", "_adapters", "mcp", "openapi", "otel", "testing"], "integrations"),
+    # the asyncio bridge, the testing aids.
+    **dict.fromkeys(
+        ["formats", "_adapters", "mcp", "openapi", "otel", "aio", "testing"], "integrations"
+    ),
     **dict.fromkeys(["_cli", "_cli_sources"], "cli"),
     # The public face: re-exports only.
     **dict.fromkeys(

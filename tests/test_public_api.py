@@ -36,6 +36,7 @@ TIERS = [
 ]
 PUBLIC = [
     *TIERS,
+    "toolexec.aio",
     "toolexec.formats",
     "toolexec.mcp",
     "toolexec.openapi",

@@ -100,10 +100,13 @@ class Batch:
             steering: overrides the executor's steering for this batch.
 
         Raises:
-            RuntimeError: the batch was already run.
+            RuntimeError: the batch was already run, or its executor is
+                running batches in another trio run (use one executor per
+                run, or ``toolexec.aio``).
         """
         if self._started:
             raise RuntimeError(f"batch {self.id} was already run; prepare a new one")
+        self._runtime.bind_run()
         self._started = True
         steer = steering if steering is not None else self._steering
         cancellers = self._runtime.cancellers

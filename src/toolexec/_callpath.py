@@ -74,6 +74,21 @@ class Runtime:
     in_flight: int = 0
     # ``Batch.cancel`` of every batch running now, for ``cancel_all``.
     cancellers: set[Callable[[], None]] = attrs.field(factory=set)
+    # The root task of the trio run whose batches are running now: trio
+    # limiters belong to one run, so batches from a second run are refused.
+    run_root: object = None
+
+    def bind_run(self) -> None:
+        """Refuse a batch from a second trio run while another run's are running."""
+        root = trio.lowlevel.current_root_task()
+        if root is not self.run_root:
+            if self.cancellers:
+                raise RuntimeError(
+                    "this ToolExecutor is running batches in another trio run; its"
+                    " pools belong to one run at a time: use one executor per trio"
+                    " run, or toolexec.aio to call one executor from asyncio"
+                )
+            self.run_root = root
 
 
 class Admission:
