@@ -167,9 +167,9 @@ and registry, calls, results and content blocks, the tool protocol and
 `function_tool`, concurrency and strategies, batches, the policy basics,
 agent loops and sub-agents, the workspace and the errors. Everything else
 lives in a public module named for its concern: `toolexec.events`,
-`toolexec.policy`, `toolexec.approval`, `toolexec.tools`, `toolexec.models`,
-`toolexec.formats`, `toolexec.mcp`, `toolexec.openapi`, `toolexec.otel` and
-`toolexec.testing`.
+`toolexec.policy`, `toolexec.approval`, `toolexec.backends`, `toolexec.tools`,
+`toolexec.models`, `toolexec.formats`, `toolexec.mcp`, `toolexec.openapi`,
+`toolexec.otel`, `toolexec.aio` and `toolexec.testing`.
 Each name lives in exactly one module, the one shown in its `repr` and in
 tracebacks; the one exception is `toolexec.policy`, which also lists the
 root's policy basics (`ToolPolicy`, `AllowAll`, `Allow`, `Deny`, `Ask`) as
