@@ -148,6 +148,15 @@ def recorder() -> Recorder:
     return Recorder()
 
 
+def process_alive(pid: int) -> bool:
+    """Whether ``pid`` is a running (non-zombie) process."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[0] != b"Z"
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+
+
 def group_members(pgid: int) -> list[int]:
     """The live (non-zombie) processes in process group ``pgid``, read from /proc."""
     members = []

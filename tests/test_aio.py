@@ -15,6 +15,7 @@ import pytest
 import trio
 
 import toolexec.aio
+from conftest import process_alive
 from toolexec import (
     ConcurrencyConfig,
     ErrorClass,
@@ -29,15 +30,6 @@ from toolexec import (
 
 if TYPE_CHECKING:
     from pathlib import Path
-
-
-def _live(pid: int) -> bool:
-    """Whether ``pid`` is a running (non-zombie) process."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            return f.read().rsplit(b")", 1)[1].split()[0] != b"Z"
-    except (FileNotFoundError, ProcessLookupError):
-        return False
 
 
 def _texts(outcome: toolexec.BatchOutcome) -> list[str]:
@@ -92,7 +84,7 @@ def test_cancelling_the_asyncio_task_cancels_the_batch(tmp_path: Path) -> None:
             with pytest.raises(asyncio.CancelledError):
                 await task
             # The trio batch has finished: no process, no task, no call in flight.
-            assert not _live(pid)
+            assert not process_alive(pid)
             assert ex._guest.nursery is not None
             assert not ex._guest.nursery.child_tasks
             assert ex.executor.statistics().calls_in_flight == 0
@@ -122,7 +114,7 @@ def test_asyncio_timeout_around_a_batch_cancels_it(tmp_path: Path) -> None:
             with pytest.raises(TimeoutError):
                 await bounded(ex)
             (pid,) = pids
-            assert not _live(pid)
+            assert not process_alive(pid)
 
     asyncio.run(main())
 

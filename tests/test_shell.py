@@ -15,7 +15,7 @@ import trio
 import toolexec._process
 import toolexec._reaper
 import toolexec._shell
-from conftest import ESCAPES, group_members, open_fds
+from conftest import ESCAPES, group_members, open_fds, process_alive
 from toolexec import (
     Allow,
     ErrorClass,
@@ -34,15 +34,6 @@ from toolexec.tools import ShellTool
 
 if TYPE_CHECKING:
     from pathlib import Path
-
-
-def _live(pid: int) -> bool:
-    """Whether ``pid`` is a running (non-zombie) process."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            return f.read().rsplit(b")", 1)[1].split()[0] != b"Z"
-    except (FileNotFoundError, ProcessLookupError):
-        return False
 
 
 @pytest.fixture(params=["reaper", "group, pidfd", "group, watcher task"])
@@ -147,7 +138,7 @@ async def test_a_timeout_kills_the_whole_tree(root: Path, mode: str) -> None:
     pgid, *descendants = [int(p) for p in (root / "pids").read_text().split()]
     assert len(descendants) == 2
     assert group_members(pgid) == []
-    assert not any(_live(pid) for pid in [pgid, *descendants])
+    assert not any(process_alive(pid) for pid in [pgid, *descendants])
 
 
 def _escaped(root: Path) -> list[int]:
@@ -167,7 +158,7 @@ async def test_background_jobs_in_other_groups_and_sessions_end_with_the_command
     assert first.endswith("; output truncated: no; background processes stopped: 5")
     assert rest == ["stdout:", "done"]
     assert (result.details["descendants_killed"], result.details["descendants_left"]) == (5, 0)
-    assert not any(_live(pid) for pid in _escaped(root))
+    assert not any(process_alive(pid) for pid in _escaped(root))
 
 
 async def test_background_jobs_in_other_groups_and_sessions_end_on_timeout(root: Path) -> None:
@@ -175,7 +166,7 @@ async def test_background_jobs_in_other_groups_and_sessions_end_on_timeout(root:
     assert result.error_class is ErrorClass.TIMEOUT
     assert result.details["timed_out"] is True
     assert result.details["descendants_killed"] == 5  # bash exec'd the last sleep
-    assert not any(_live(pid) for pid in _escaped(root))
+    assert not any(process_alive(pid) for pid in _escaped(root))
 
 
 async def test_background_jobs_in_other_groups_and_sessions_end_on_cancel(root: Path) -> None:
@@ -192,10 +183,10 @@ async def test_background_jobs_in_other_groups_and_sessions_end_on_cancel(root: 
         nursery.start_soon(run)
         await trio.to_thread.run_sync((root / "ready").read_text)
         pids = _escaped(root)
-        assert all(_live(pid) for pid in pids)
+        assert all(process_alive(pid) for pid in pids)
         batch.cancel()
     assert outcome[0].results[0].error_class is ErrorClass.CANCELLED
-    assert not any(_live(pid) for pid in pids)
+    assert not any(process_alive(pid) for pid in pids)
 
 
 async def test_a_program_started_directly_is_held_as_well(root: Path, tmp_path: Path) -> None:
@@ -210,7 +201,7 @@ async def test_a_program_started_directly_is_held_as_well(root: Path, tmp_path: 
     registry.register(tool)
     result = await shell(ToolExecutor(registry), "start-daemon")
     assert result.details["descendants_killed"] == 1
-    assert not _live(int((root / "pid").read_text()))
+    assert not process_alive(int((root / "pid").read_text()))
 
 
 async def test_a_worker_that_stops_answering_is_given_up(
@@ -225,10 +216,10 @@ async def test_a_worker_that_stops_answering_is_given_up(
     assert result.text.startswith("timed out after 0.5 s; exit status unknown: ")
     assert result.details["exit_code"] is None
     worker, *below = [int(p) for p in (root / "pids").read_text().split()]
-    assert all(_live(pid) for pid in below)  # held, but nobody is ending them
+    assert all(process_alive(pid) for pid in below)  # held, but nobody is ending them
     os.kill(worker, signal.SIGCONT)  # it finds toolexec gone from its socket
     deadline = trio.current_time() + 30
-    while any(_live(pid) for pid in below):
+    while any(process_alive(pid) for pid in below):
         assert trio.current_time() < deadline
         await trio.sleep(0.01)
 
@@ -254,7 +245,7 @@ async def test_a_host_cancel_kills_the_whole_tree(root: Path) -> None:
     (result,) = outcome[0].results
     assert result.error_class is ErrorClass.CANCELLED
     assert group_members(pgid) == []
-    assert not any(_live(pid) for pid in [pgid, *descendants])
+    assert not any(process_alive(pid) for pid in [pgid, *descendants])
 
 
 @pytest.mark.usefixtures("mode")
@@ -269,7 +260,7 @@ async def test_an_enclosing_cancel_scope_kills_the_whole_tree(root: Path) -> Non
             scope.cancel()
     assert scope.cancelled_caught
     assert group_members(pgid) == []
-    assert not _live(child)
+    assert not process_alive(child)
 
 
 @pytest.mark.usefixtures("mode")
@@ -279,7 +270,7 @@ async def test_a_command_ignoring_sigterm_is_killed_after_the_grace_period(root:
     assert result.error_class is ErrorClass.TIMEOUT
     pgid, child = [int(p) for p in (root / "pids").read_text().split()]
     assert group_members(pgid) == []
-    assert not _live(child)
+    assert not process_alive(child)
 
 
 @pytest.mark.usefixtures("mode")
@@ -288,7 +279,7 @@ async def test_a_background_child_holding_the_pipe_does_not_hang_the_call(root: 
     result = await shell(_executor(root), command)
     assert not result.is_error
     assert "done" in result.text
-    assert not _live(int((root / "bg").read_text()))
+    assert not process_alive(int((root / "bg").read_text()))
 
 
 @pytest.mark.parametrize("mode", ["group, pidfd", "group, watcher task"], indirect=True)
@@ -523,7 +514,7 @@ async def test_the_executor_deadline_kills_the_whole_tree(root: Path) -> None:
     pgid, *descendants = [int(p) for p in (root / "pids").read_text().split()]
     assert len(descendants) == 2
     assert group_members(pgid) == []
-    assert not any(_live(pid) for pid in [pgid, *descendants])
+    assert not any(process_alive(pid) for pid in [pgid, *descendants])
 
 
 # -- plain simple commands skip bash's start-up, with bash's own behaviour --------------
