@@ -596,3 +596,15 @@ def test_a_block_type_that_is_not_a_string_is_a_format_error(
     with pytest.raises(FormatError, match=r"expected string, got (list|object)") as caught:
         formats.parse_response(response, format)
     assert caught.value.path == where
+
+
+def test_a_text_part_that_is_not_a_string_is_a_format_error() -> None:
+    # Found by fuzz/fuzz_formats.py: a chat content part {"type": "text",
+    # "text": true} raised TypeError while the text was joined.
+    message = {"role": "assistant", "content": [{"type": "text", "text": True}], "tool_calls": []}
+    with pytest.raises(FormatError, match="expected str, got boolean") as caught:
+        formats.parse_response(message, "openai-chat")
+    assert caught.value.path == "content[0].text"
+    ok = {"role": "assistant", "content": [{"type": "text", "text": "a"}, {"type": "text"}]}
+    with pytest.raises(FormatError, match="missing"):
+        formats.parse_response({**ok, "tool_calls": []}, "openai-chat")

@@ -191,9 +191,10 @@ def _parse_chat(r: _Reader, data: Mapping[str, Any]) -> ModelResponse:
     content = message.get("content")
     text = content if isinstance(content, str) else ""
     if isinstance(content, list):
+        where = _join(path, "content")
         text = "".join(
-            part.get("text", "")
-            for part in content
+            r.get(part, "text", f"{where}[{i}]", str)
+            for i, part in enumerate(content)
             if isinstance(part, Mapping) and part.get("type") == "text"
         )
     calls = []
