@@ -580,3 +580,31 @@ def test_a_provider_block_is_a_private_copy_of_json() -> None:
         ProviderBlock("anthropic", ["thinking"])  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="position must be an integer >= 0"):
         ProviderBlock("anthropic", data, -1)
+
+
+@pytest.mark.parametrize(
+    ("response", "format", "where"),
+    [
+        ({"content": [{"type": ["tool_use"]}]}, "anthropic", "content[0].type"),
+        ({"output": [{"type": {"x": 1}}]}, "openai-responses", "output[0].type"),
+    ],
+)
+def test_a_block_type_that_is_not_a_string_is_a_format_error(
+    response: dict[str, object], format: str, where: str
+) -> None:
+    # Found by fuzz/fuzz_formats.py: an unhashable "type" raised TypeError.
+    with pytest.raises(FormatError, match=r"expected string, got (list|object)") as caught:
+        formats.parse_response(response, format)
+    assert caught.value.path == where
+
+
+def test_a_text_part_that_is_not_a_string_is_a_format_error() -> None:
+    # Found by fuzz/fuzz_formats.py: a chat content part {"type": "text",
+    # "text": true} raised TypeError while the text was joined.
+    message = {"role": "assistant", "content": [{"type": "text", "text": True}], "tool_calls": []}
+    with pytest.raises(FormatError, match="expected str, got boolean") as caught:
+        formats.parse_response(message, "openai-chat")
+    assert caught.value.path == "content[0].text"
+    ok = {"role": "assistant", "content": [{"type": "text", "text": "a"}, {"type": "text"}]}
+    with pytest.raises(FormatError, match="missing"):
+        formats.parse_response({**ok, "tool_calls": []}, "openai-chat")

@@ -146,6 +146,13 @@ class _Reader:
             raise self.fail(here, f"expected {kind.__name__}, got {_kind(value)}")
         return value
 
+    def kind(self, block: Mapping[str, Any], path: str) -> str | None:
+        """A block's ``type``: a string, or ``None`` when absent."""
+        value = block.get("type")
+        if value is not None and not isinstance(value, str):
+            raise self.fail(f"{path}.type", f"expected string, got {_kind(value)}")
+        return value
+
     def text(self, parent: Mapping[str, Any], key: str, path: str) -> str:
         value: str = self.get(parent, key, path, str)
         if not value:
@@ -184,9 +191,10 @@ def _parse_chat(r: _Reader, data: Mapping[str, Any]) -> ModelResponse:
     content = message.get("content")
     text = content if isinstance(content, str) else ""
     if isinstance(content, list):
+        where = _join(path, "content")
         text = "".join(
-            part.get("text", "")
-            for part in content
+            r.get(part, "text", f"{where}[{i}]", str)
+            for i, part in enumerate(content)
             if isinstance(part, Mapping) and part.get("type") == "text"
         )
     calls = []
@@ -227,7 +235,7 @@ def _parse_responses(r: _Reader, data: Mapping[str, Any]) -> ModelResponse:
     for i, item in enumerate(r.get(data, "output", "", list)):
         here = f"output[{i}]"
         item = r.obj(item, here)
-        kind = item.get("type")
+        kind = r.kind(item, here)
         if kind == "reasoning":
             blocks.append(ProviderBlock(r.format, item, len(calls)))
         elif kind == "function_call":
@@ -256,7 +264,7 @@ def _parse_anthropic(r: _Reader, data: Mapping[str, Any]) -> ModelResponse:
     for i, block in enumerate(r.get(data, "content", "", list)):
         here = f"content[{i}]"
         block = r.obj(block, here)
-        kind = block.get("type")
+        kind = r.kind(block, here)
         if kind in _ANTHROPIC_REASONING:
             blocks.append(ProviderBlock(r.format, block, len(calls)))
         elif kind == "tool_use":
