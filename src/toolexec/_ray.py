@@ -234,7 +234,15 @@ class RayBackend:
                 f"Tool '{tool_name}' cannot run on Ray: Ray is not initialized in this process. "
                 "Call ray.init(address=...) first, or give RayBackend(address=...)."
             )
-        await trio.to_thread.run_sync(self._connect)
+        try:
+            # Abandoned on cancel: an unreachable address makes ray.init block for
+            # minutes, and the call's deadline must still end the call.
+            await trio.to_thread.run_sync(self._connect, abandon_on_cancel=True)
+        except Exception as exc:
+            raise ToolError(
+                f"Tool '{tool_name}' cannot run on Ray: connecting to the cluster at "
+                f"{self.address!r} failed: {type(exc).__name__}: {exc}"
+            ) from None
 
     def _connect(self) -> None:
         ray = _ray()
