@@ -52,7 +52,7 @@ def noop(x: int) -> int:
     return x
 
 
-@function_tool(side_effects=SideEffects.READ)
+@function_tool(side_effects=SideEffects.READ, timeout=3600)  # 1000 calls queue for threads
 def burn(iterations: int) -> int:
     """Spend CPU in pure Python (holding the GIL)."""
     total = 0

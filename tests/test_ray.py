@@ -38,6 +38,7 @@ from toolexec import (
     ToolRegistry,
     function_tool,
 )
+from toolexec._cli import main
 from toolexec._ray import _execute_remotely
 from toolexec.backends import RayBackend
 from toolexec.policy import Allow, Decision, ExecutionGrant
@@ -496,12 +497,14 @@ def test_the_cli_runs_a_batch_on_the_cluster(cluster: str, tmp_path: Path) -> No
     assert len(pids) >= 1
     assert cli.pid not in pids  # the calls ran in Ray's workers, not in the CLI's process
 
-    refused = subprocess.run(
-        [*base, "--backend", "ray"],
-        capture_output=True,
-        text=True,
-        timeout=HANG_GUARD,
-        cwd=tmp_path,
-    )
-    assert refused.returncode == 2
-    assert "--backend ray needs --ray-address ADDR" in refused.stderr
+
+def test_the_cli_refuses_backend_ray_without_an_address(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "ws").mkdir()
+    (tmp_path / "response.json").write_text(json.dumps({"choices": [{"message": {}}]}))
+    args = ["exec", str(tmp_path / "response.json"), "-w", str(tmp_path / "ws")]
+    with pytest.raises(SystemExit) as exited:
+        main([*args, "--backend", "ray"])
+    assert exited.value.code == 2
+    assert "--backend ray needs --ray-address ADDR" in capsys.readouterr().err
