@@ -131,6 +131,13 @@ def double(x: int) -> int:
     return 2 * x
 
 
+@function_tool
+def die(log: str) -> str:
+    """Mark the start, then end the worker process abruptly."""
+    _mark(log, f"start die {os.getpid()}")
+    os._exit(1)
+
+
 @function_tool(resources={"num_cpus": 2})
 def cpus() -> float:
     """How many CPUs Ray reserved for this call."""
@@ -241,6 +248,8 @@ def test_the_worker_function_tags_outputs_and_failures() -> None:
             raise Unpicklable("odd")
         return ctx.call_id
 
+    with pytest.raises(ValueError, match="call_here runs only sync functions without one"):
+        odd.call_here({})
     tag, exc = _execute_remotely(odd, {}, info)
     assert tag == "raised"
     assert type(exc) is RuntimeError
@@ -319,6 +328,21 @@ async def test_errors_and_hints_map_to_one_result_each(cluster: str) -> None:
     assert crashed.error_class is ErrorClass.EXECUTION_ERROR
     assert "LookupError: lost" in crashed.text
     assert counted.text == "2.0"  # the tool's num_cpus hint reached Ray
+
+
+async def test_a_worker_dying_mid_call_is_an_error_result_and_the_call_is_not_retried(
+    cluster: str, tmp_path: Path
+) -> None:
+    log = tmp_path / "log"
+    outcome = await make_executor(die, double).execute_batch(
+        [tool_call("die", {"log": str(log)}), tool_call("double", {"x": 21})]
+    )
+    died, doubled = outcome.results
+    assert died.error_class is ErrorClass.EXECUTION_ERROR
+    assert died.text.startswith("Tool 'die' failed on the Ray cluster: ")
+    assert "WorkerCrashedError" in died.text
+    assert len(log.read_text().splitlines()) == 1  # ran once: Ray did not retry it
+    assert doubled.text == "42"
 
 
 async def test_a_bad_hint_in_the_grant_is_an_error_result(cluster: str) -> None:
