@@ -23,6 +23,7 @@ PAGES = [
     "concepts.md",
     "function-tools.md",
     "observability.md",
+    "scale-out.md",
     "security.md",
     "testing.md",
 ]

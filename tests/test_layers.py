@@ -86,7 +86,8 @@ LAYERS: dict[str, str] = {
     # Integrations: provider formats and SDK adapters, MCP, OpenAPI, OpenTelemetry,
     # the asyncio bridge, the testing aids.
     **dict.fromkeys(
-        ["formats", "_adapters", "mcp", "openapi", "otel", "aio", "testing"], "integrations"
+        ["formats", "_adapters", "mcp", "openapi", "otel", "aio", "testing", "_ray"],
+        "integrations",
     ),
     **dict.fromkeys(["_cli", "_cli_sources"], "cli"),
     # The public face: re-exports only.

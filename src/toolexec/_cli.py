@@ -52,19 +52,21 @@ from ._events import (
     RunStarted,
 )
 from ._executor import ToolExecutor
-from ._policy import AllowAll
+from ._policy import Allow, AllowAll, Ask
+from ._ray import RayBackend
 from ._registry import ToolRegistry
 from ._rules import RulePolicy
 from ._trace import TraceRecorder
 from ._workspace import Workspace
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Mapping, Sequence
 
+    from ._backend import Backend
     from ._events import Event, EventSink
-    from ._policy import ToolPolicy
+    from ._policy import Decision, ToolPolicy
     from ._tool import ToolFactory
-    from ._types import ToolCall, ToolResult
+    from ._types import ToolCall, ToolDefinition, ToolResult
     from .mcp import MCPServerConfig
 
 __all__ = ["main"]
@@ -142,6 +144,23 @@ def _parser() -> argparse.ArgumentParser:
     )
     run.add_argument(
         "--quiet", "-q", action="store_true", help="print no plan or progress on stderr"
+    )
+    run.add_argument(
+        "--backend",
+        choices=("host", "ray"),
+        default="host",
+        help=(
+            "where allowed calls run: host (this process, the default) or ray (every call "
+            "the policy grants to the host runs on the Ray cluster of --ray-address instead)"
+        ),
+    )
+    run.add_argument(
+        "--ray-address",
+        metavar="ADDR",
+        help=(
+            "the Ray cluster to connect to ('auto', HOST:PORT, ray://HOST:PORT); it also "
+            "offers the 'ray' sandbox to calls a policy sends there (needs toolexec[ray])"
+        ),
     )
     tools = commands.add_parser(
         "tools",
@@ -338,9 +357,11 @@ async def _run(
     sinks: list[EventSink] = [] if args.quiet else [printer]
     if recorder is not None:
         sinks.append(recorder)
+    backends, policy = _backends(args, job.policy)
     executor = ToolExecutor(
         registry,
-        policy=job.policy,
+        policy=policy,
+        backends=backends,
         sinks=sinks,
         workspace=job.workspace,
         approver=AutoApprover(by="--yes") if args.yes else TerminalApprover(stdin, stderr),
@@ -356,6 +377,42 @@ async def _run(
     if recorder is not None:
         _write_trace(args.trace, recorder)
     return formats.render_results(outcome.results, job.format)
+
+
+@attrs.frozen
+class _RoutedTo:
+    """A policy that sends every call its inner policy grants to the host to ``sandbox``."""
+
+    inner: ToolPolicy
+    sandbox: str
+
+    def decide(
+        self, definition: ToolDefinition, arguments: Mapping[str, Any], agent_path: str
+    ) -> Decision:
+        decision = self.inner.decide(definition, arguments, agent_path)
+        if isinstance(decision, Allow | Ask) and decision.grant.sandbox == "host":
+            return attrs.evolve(decision, grant=attrs.evolve(decision.grant, sandbox=self.sandbox))
+        return decision
+
+
+def _backends(
+    args: argparse.Namespace, policy: ToolPolicy
+) -> tuple[dict[str, Backend], ToolPolicy]:
+    """The backends ``--backend``/``--ray-address`` ask for, and the policy routing to them."""
+    if args.ray_address is None:
+        if args.backend == "ray":
+            raise UsageError(
+                "--backend ray needs --ray-address ADDR: the address of a running Ray "
+                "cluster ('auto' finds the one started on this machine with 'ray start')"
+            )
+        return {}, policy
+    try:
+        backend = RayBackend(address=args.ray_address)
+    except (ImportError, ValueError) as exc:
+        raise UsageError(f"--ray-address: {exc}") from None
+    if args.backend == "ray":
+        policy = _RoutedTo(policy, "ray")
+    return {"ray": backend}, policy
 
 
 def _isatty(stream: TextIO) -> bool:

@@ -88,6 +88,30 @@ class FunctionTool:
             value = await trio.to_thread.run_sync(lambda: self.fn(**kwargs), abandon_on_cancel=True)
         return _to_output(value, self.definition.name)
 
+    @property
+    def callable_here(self) -> bool:
+        """Whether ``call_here`` can run it: a sync function without a context."""
+        return not self._is_async and self._ctx_param is None
+
+    def call_here(self, arguments: Mapping[str, Any]) -> ToolOutput:
+        """Call a sync, context-free function tool in this thread, blocking.
+
+        For backends that run a call in another process (``RayBackend``):
+        the same conversion of arguments and of the returned value as
+        ``execute``, without a trio run or a worker thread.
+
+        Raises:
+            ValueError: the function is async or takes a ``ToolContext``.
+        """
+        if not self.callable_here:
+            raise ValueError(
+                f"function tool {self.definition.name!r} is async or takes a context; "
+                "call_here runs only sync functions without one"
+            )
+        if self._converters:
+            arguments = self._typed(arguments)
+        return _to_output(self.fn(**arguments), self.definition.name)
+
     def _typed(self, arguments: Mapping[str, Any]) -> Mapping[str, Any]:
         """The validated JSON arguments as the values the function declares."""
         kwargs = dict(arguments)
@@ -141,6 +165,7 @@ def _build(
     timeout: float | None,
     is_recursive: bool,
     classifier: Callable[[Mapping[str, Any]], SideEffects] | None,
+    resources: Mapping[str, float] | None = None,
 ) -> FunctionTool:
     tool_name = name or fn.__name__
     where = f"function tool {tool_name!r}"
@@ -158,6 +183,7 @@ def _build(
         is_recursive=is_recursive,
         timeout=timeout,
         classifier=classifier,
+        resources={} if resources is None else resources,
     )
     return FunctionTool(
         definition,
@@ -213,6 +239,7 @@ def function_tool(
     timeout: float | None = None,
     is_recursive: bool = False,
     classifier: Callable[[Mapping[str, Any]], SideEffects] | None = None,
+    resources: Mapping[str, float] | None = None,
 ) -> Callable[[Callable[..., Any]], FunctionTool]: ...
 def function_tool(
     fn: Callable[..., Any] | None = None,
@@ -224,6 +251,7 @@ def function_tool(
     timeout: float | None = None,
     is_recursive: bool = False,
     classifier: Callable[[Mapping[str, Any]], SideEffects] | None = None,
+    resources: Mapping[str, float] | None = None,
 ) -> FunctionTool | Callable[[Callable[..., Any]], FunctionTool]:
     """Turn a sync or async function into a tool; usable as a decorator.
 
@@ -249,7 +277,7 @@ def function_tool(
         description: defaults to the docstring's first paragraph.
         side_effects: what the function is capable of; defaults to the unsafe
             ``EXECUTE`` so nothing runs concurrently by accident.
-        timeout, is_recursive, classifier: as in ``ToolDefinition``.
+        timeout, is_recursive, classifier, resources: as in ``ToolDefinition``.
 
     Raises:
         RegistrationError: a parameter's annotation has no JSON Schema mapping
@@ -258,6 +286,8 @@ def function_tool(
     """
 
     def wrap(f: Callable[..., Any]) -> FunctionTool:
-        return _build(f, name, description, side_effects, timeout, is_recursive, classifier)
+        return _build(
+            f, name, description, side_effects, timeout, is_recursive, classifier, resources
+        )
 
     return wrap(fn) if fn is not None else wrap

@@ -246,6 +246,32 @@ class ToolResult:
         return "\n".join(map(block_text, self.content))
 
 
+RESOURCE_HINTS = ("num_cpus", "num_gpus", "memory")
+
+
+def resource_problem(hints: object) -> str | None:
+    """What is wrong with resource hints (``None`` if nothing): a mapping of
+    ``num_cpus`` and ``num_gpus`` (numbers >= 0) and ``memory`` (bytes, an
+    integer >= 1)."""
+    if not isinstance(hints, Mapping):
+        return f"must be a mapping of {', '.join(RESOURCE_HINTS)}, got {describe(hints)}"
+    for key, value in hints.items():
+        if key not in RESOURCE_HINTS:
+            return f"has unknown hint {key!r}; the hints are {', '.join(RESOURCE_HINTS)}"
+        if key == "memory":
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                return f"memory must be an integer number of bytes >= 1, got {value!r}"
+        elif isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
+            return f"{key} must be a number >= 0, got {value!r}"
+    return None
+
+
+def _check_resources(_inst: object, _attr: object, value: Mapping[str, float]) -> None:
+    problem = resource_problem(value)
+    if problem is not None:
+        raise ValueError(f"ToolDefinition resources {problem}")
+
+
 def _check_timeout(_inst: object, _attr: object, value: float | None) -> None:
     if value is not None and not value > 0:
         raise ValueError(f"timeout must be a positive number of seconds, got {value!r}")
@@ -273,6 +299,10 @@ class ToolDefinition:
             tool has one (the built-in file tools set it), so that policies
             judge a path where it really leads even when they were given no
             workspace themselves.
+        resources: what one call needs where it is scheduled (``num_cpus``,
+            ``num_gpus``, ``memory`` in bytes); backends that place work on a
+            cluster (``RayBackend``) reserve it, the host ignores it. A
+            grant's limits with the same keys take precedence.
     """
 
     name: str
@@ -288,6 +318,7 @@ class ToolDefinition:
     )
     path_arguments: Mapping[str, str] = attrs.field(factory=dict)
     workspace: PathResolver | None = attrs.field(default=None, eq=False, repr=False)
+    resources: Mapping[str, float] = attrs.field(factory=dict, validator=_check_resources)
 
     @property
     def effective_timeout(self) -> float:

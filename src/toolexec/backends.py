@@ -4,7 +4,8 @@ A policy's grant names a sandbox (``ExecutionGrant(sandbox="box")``); the
 executor hands each admitted call to the ``Backend`` it was given under that
 name (``ToolExecutor(..., backends={"box": MyBackend()})``), or runs it on
 the host. Admission, order, deadlines and the one-result rule stay with the
-executor, whatever the backend.
+executor, whatever the backend. ``RayBackend`` (the ``ray`` extra) runs
+calls as tasks on a Ray cluster (docs/scale-out.md).
 
 Example::
 
@@ -22,7 +23,8 @@ from __future__ import annotations
 
 from ._backend import Backend, HostBackend
 from ._public import fixup_module_metadata as _fixup_module_metadata
+from ._ray import RayBackend
 
-__all__ = ["Backend", "HostBackend"]
+__all__ = ["Backend", "HostBackend", "RayBackend"]
 
 _fixup_module_metadata(__name__, __all__)
