@@ -483,6 +483,8 @@ async def _wait_uncancellable(future: asyncio.Future[Any]) -> bool:
             await asyncio.shield(future)
         except asyncio.CancelledError:
             cancelled = True
+        except Exception:  # read below, by whoever needs it
+            pass
     if not future.cancelled():
         future.exception()  # retrieved: the caller raises or reads it itself
     return cancelled
