@@ -21,14 +21,20 @@ agree with ``event.time`` and ``duration`` exactly, also on trio's
 
 - a batch span's parent is the current OpenTelemetry context of the task that
   runs the batch, read when it starts (``BatchPlanned``), so a batch nests
-  under the host's current span; a sub-agent's batch instead sits under the
-  span of the call that started the sub-agent (``parent_call_id``);
+  under the host's current span (through ``toolexec.aio``, the awaiting
+  asyncio task's, whose context variables the batch gets); a sub-agent's
+  batch instead sits under the span of the call that started the sub-agent
+  (``parent_call_id``);
 - a run span's parent is its batch span; a call span's parent is its run span,
   or the batch span for a call answered when the batch was planned;
 - a call span starts at the call's first event of its own (an approval
   request, or the start of the tool) and ends with its result; approvals and
   progress are span events on it. A call that never started (denied, skipped,
   cancelled, bad input) gets a span all the same, ending with its result.
+
+One sink may serve several executors at once. Batch ids are unique per
+executor only (two root executors both have a ``root:b0``), so an event is
+matched to the open batch of its id whose trio task it runs under.
 
 A failed call's span has status ERROR and ``error.type`` set to toolexec's
 error class (``timeout``, ``execution_error``, ...).
