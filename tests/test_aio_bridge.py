@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import threading
 from typing import TYPE_CHECKING, Any, Literal
 
 import pytest
@@ -541,3 +542,68 @@ def test_events_reach_a_plain_sink_in_guest_mode_too() -> None:
 
     _run(main())
     assert any(isinstance(e, CallCompleted) for e in seen)
+
+
+def test_a_bridge_batch_refused_by_the_run_binding_raises_the_clear_error() -> None:
+    # The executor is busy in another thread's trio run: the bridge's batch
+    # fails with the misuse error instead of hanging or crashing the guest.
+    release, started = threading.Event(), threading.Event()
+
+    async def hold() -> str:
+        """Hold the other run's batch open."""
+        started.set()
+        await trio.to_thread.run_sync(release.wait)
+        return "held"
+
+    registry = _registry(function_tool(name="hold", side_effects=SideEffects.READ)(hold))
+
+    async def main() -> None:
+        async with toolexec.aio.open_executor(registry) as ex:
+            other = threading.Thread(
+                target=trio.run, args=(ex.executor.execute_batch, [ToolCall("1", "hold", {})])
+            )
+            other.start()
+            try:
+                await asyncio.to_thread(started.wait, 30)
+                with pytest.raises(RuntimeError, match="one executor per trio run"):
+                    await ex.execute_batch([ToolCall("2", "echo_back", {"text": "x"})])
+            finally:
+                release.set()
+                await asyncio.to_thread(other.join)
+            assert _texts(await ex.execute_batch([ToolCall("3", "echo_back", {"text": "y"})])) == [
+                "y"
+            ]
+
+    _run(main())
+
+
+def test_cancelling_the_host_while_it_closes_still_waits_for_the_end() -> None:
+    leaving, order = asyncio.Event(), []
+
+    async def main() -> None:
+        gate = trio.Event()
+
+        @contextlib.asynccontextmanager
+        async def slow_to_close() -> AsyncIterator[None]:
+            yield
+            leaving.set()  # trio code on the loop's thread may set it
+            await gate.wait()
+            order.append("context left")
+
+        async def host() -> None:
+            async with toolexec.aio.open_executor(_registry()) as ex:
+                await ex.enter(slow_to_close())
+                token.append(ex.trio_token)
+
+        token: list[trio.lowlevel.TrioToken] = []
+        task = asyncio.create_task(host())
+        await leaving.wait()
+        task.cancel()  # while ``close`` waits for the context to be left
+        await asyncio.sleep(0)
+        token[0].run_sync_soon(gate.set)
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        order.append("host cancelled")
+
+    _run(main())
+    assert order == ["context left", "host cancelled"]
