@@ -22,9 +22,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import collections
+import functools
 import os
 import statistics
 import time
+from typing import Any
 
 import trio
 
@@ -99,6 +102,91 @@ def aio_per_batch(n: int, idle: bool = False, mode: toolexec.aio.Mode = "guest")
     return asyncio.run(main())
 
 
+STEPS, TRIPS, PASSES = "guest steps", "I/O-wait thread trips", "trio scheduler passes"
+
+
+class _Passes(trio.abc.Instrument):
+    def __init__(self, counts: collections.Counter[str]) -> None:
+        self.counts = counts
+
+    def before_io_wait(self, timeout: float) -> None:
+        self.counts[PASSES] += 1
+
+
+def _profile_direct(n: int, counts: collections.Counter[str]) -> None:
+    async def main() -> None:
+        executor = ToolExecutor(_registry())
+        trio.lowlevel.add_instrument(_Passes(counts))
+        for _ in range(IDLE_BATCHES):
+            await executor.execute_batch(_calls(n))
+
+    trio.run(main)
+
+
+def _profile_bridged(n: int, idle: bool, counts: collections.Counter[str]) -> None:
+    totals: collections.Counter[str] = collections.Counter()
+
+    async def main() -> None:
+        async with toolexec.aio.open_executor(_registry()) as executor:
+            await executor.execute_batch(_calls(n))
+            counts.clear()
+            for _ in range(IDLE_BATCHES):
+                if idle:
+                    await asyncio.sleep(IDLE_GAP)
+                    # The batch's own steps; a thread trip that began while
+                    # idle is counted, since this batch has to end it.
+                    counts[STEPS] = 0
+                await executor.execute_batch(_calls(n))
+                totals.update(counts)
+                counts.clear()
+
+    asyncio.run(main())
+    counts.clear()
+    counts.update(totals)
+
+
+def profile() -> None:
+    """Count, per batch, the trio steps and the trips to the I/O-wait thread.
+
+    Guest mode: each guest step is one asyncio loop callback; each trip to the
+    I/O-wait thread is two thread hand-offs (there, and back through
+    ``call_soon_threadsafe``). Trio directly: scheduler passes. The counters
+    wrap trio internals, so this is a diagnostic, not a timing.
+    """
+    import trio._core._run as trio_run
+
+    counts: collections.Counter[str] = collections.Counter()
+    guest_tick = trio_run.GuestState.guest_tick
+    start_thread_soon = trio_run.start_thread_soon  # type: ignore[attr-defined]
+
+    def counted_tick(self: trio_run.GuestState) -> None:
+        counts[STEPS] += 1
+        guest_tick(self)
+
+    def counted_thread(*args: Any, **kwargs: Any) -> None:
+        counts[TRIPS] += 1
+        start_thread_soon(*args, **kwargs)
+
+    trio_run.GuestState.guest_tick = counted_tick  # type: ignore[method-assign]
+    trio_run.start_thread_soon = counted_thread  # type: ignore[attr-defined]
+    try:
+        print("per batch (profile):")
+        for n in (0, *SIZES):
+            for label, run in (
+                ("trio directly", functools.partial(_profile_direct, n)),
+                ("guest, back to back", functools.partial(_profile_bridged, n, False)),
+                ("guest, after idle", functools.partial(_profile_bridged, n, True)),
+            ):
+                counts.clear()
+                run(counts)
+                per = ", ".join(f"{k} {v / IDLE_BATCHES:.2f}" for k, v in sorted(counts.items()))
+                print(f"  N={n:<4}{label:<22}{per or 'none'}")
+        print()
+    finally:
+        trio_run.GuestState.guest_tick = guest_tick  # type: ignore[method-assign]
+        trio_run.start_thread_soon = start_thread_soon  # type: ignore[attr-defined]
+
+
 def _row(label: str, direct: list[float], bridged: list[float], target: bool) -> None:
     d, b = statistics.median(direct) * 1e6, statistics.median(bridged) * 1e6
     verdict = ("met" if b - d <= TARGET_US else "NOT met") if target else ""
@@ -108,7 +196,11 @@ def _row(label: str, direct: list[float], bridged: list[float], target: bool) ->
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="3 repeats instead of 9")
-    repeats = 3 if parser.parse_args().quick else 9
+    parser.add_argument("--profile", action="store_true", help="count steps per batch first")
+    args = parser.parse_args()
+    repeats = 3 if args.quick else 9
+    if args.profile:
+        profile()
     print("load average before: {:.2f} {:.2f} {:.2f}".format(*os.getloadavg()))
     print(f"asyncio bridge vs trio directly: median of {repeats} interleaved repeats")
     print(f"target: <= {TARGET_US:.0f} us per batch over trio, batches back to back\n")

@@ -196,6 +196,7 @@ class _Job:
             for var, value in self.context.items():
                 var.set(value)  # the host's context: spans, request ids...
         _HOST.set(guest.host)
+        guest.running += 1
         try:
             self.batch = batch = guest.executor.prepare(self.calls)
             if self.cancelled:
@@ -211,6 +212,7 @@ class _Job:
         else:
             guest.host.call(self.finish, result, None)
         finally:
+            guest.running -= 1
             guest.linger()
 
 
@@ -276,6 +278,7 @@ class _Guest:
         # Guest mode's lingerer: its task when parked, and until when it spins.
         self.parked: trio.lowlevel.Task | None = None
         self.linger_until = 0.0
+        self.running = 0  # batch tasks running now
 
     # -- trio side ---------------------------------------------------------
 
@@ -304,9 +307,11 @@ class _Guest:
 
     async def _linger(self) -> None:
         # Guest mode: stay runnable until ``linger_until``, one step per loop
-        # turn, so the run does not go to wait for I/O in its thread; then park.
+        # turn, so the run does not go to wait for I/O in its thread; then
+        # park. Not while a batch runs: it keeps the run busy itself, and a
+        # step more per loop turn would only slow it down.
         while True:
-            while time.perf_counter() < self.linger_until:
+            while time.perf_counter() < self.linger_until and not self.running:
                 await trio.lowlevel.checkpoint()
             self.parked = trio.lowlevel.current_task()
             await trio.lowlevel.wait_task_rescheduled(self._unpark_on_cancel)
