@@ -22,24 +22,27 @@ Two modes, chosen explicitly:
 
 Theory of operation. The run's main task holds two nurseries: an outer one
 for the long-lived contexts (``AsyncioExecutor.enter``) and, in guest mode,
-a dispatcher task; an inner one holding one task per batch. A batch is a
-``_Job``: the asyncio side queues it, the trio side starts it, and its task
-completes an ``asyncio.Future`` (directly in guest mode, through
-``call_soon_threadsafe`` in thread mode). Cancelling the awaiting asyncio
-task cancels the trio batch (its unfinished calls get ``cancelled`` results,
-every task and child process ends), waits for it to finish, and then raises
-``asyncio.CancelledError`` as asyncio expects. Leaving the ``async with``
-cancels the batches still running, leaves the entered contexts in reverse
-order, ends the trio run and re-raises its error; a run that dies early
-fails every waiting batch instead of hanging.
+a lingering task (below); an inner one holding one task per batch. A batch
+is a ``_Job``: its trio task completes an ``asyncio.Future`` (directly in
+guest mode, through ``call_soon_threadsafe`` in thread mode). Cancelling
+the awaiting asyncio task cancels the trio batch (its unfinished calls get
+``cancelled`` results, every task and child process ends), waits for it to
+finish, and then raises ``asyncio.CancelledError`` as asyncio expects.
+Leaving the ``async with`` cancels the batches still running, leaves the
+entered contexts in reverse order, ends the trio run and re-raises its
+error; a run that dies early fails every waiting batch instead of hanging.
 
-Guest mode and its cost. A guest run whose tasks are all blocked waits for
-I/O in a helper thread and comes back through ``call_soon_threadsafe``: two
-thread hand-offs. Submitting through ``TrioToken.run_sync_soon`` always pays
-them. So in guest mode batches are queued for a dispatcher task, woken only
-when it is parked; after each batch it stays awake a short while (yielding,
-one trio step per loop turn), so a batch that follows soon after costs no
-thread hand-off at all (benchmarks/bench_aio.py measures both cases).
+Guest mode and its cost. Each trio scheduler pass of a guest run is one
+asyncio loop callback, so a batch costs one loop turn per pass, plus one
+for its task to start. The batch's task is spawned straight from the
+awaiting asyncio task: on the loop's thread between two guest steps the run
+is at rest, as it is when ``TrioToken.run_sync_soon`` callbacks run, and
+trio schedules a step itself if none is. A guest run whose tasks are all
+blocked waits for I/O in a helper thread and is woken through it: two thread
+hand-offs. So right after a batch a lingering task keeps the run awake a
+short while (yielding, one step per loop turn; parked while a batch runs),
+and a batch that follows soon after costs no hand-off at all.
+``benchmarks/bench_aio.py --profile`` counts steps and hand-offs per batch.
 
 The asyncio side's context variables (an OpenTelemetry span, a request id)
 are copied into the batch's trio task, so sinks see them. Sinks and
