@@ -299,7 +299,7 @@ def test_two_threads_runs_racing_into_one_executor_let_exactly_one_in() -> None:
     # Both threads leave the barrier together; whichever binds first holds its
     # batch open until the other was refused, so a second admission (the old
     # window between check and registration) would hang here, not pass.
-    for _ in range(10):
+    for _ in range(5):
         holder = Holder()
         executor = ToolExecutor(holder.registry())
         barrier = threading.Barrier(2)

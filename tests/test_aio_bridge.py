@@ -607,3 +607,12 @@ def test_cancelling_the_host_while_it_closes_still_waits_for_the_end() -> None:
 
     _run(main())
     assert order == ["context left", "host cancelled"]
+
+
+def test_thread_mode_raises_a_bad_executor_argument_on_entry() -> None:
+    async def main() -> None:
+        async with toolexec.aio.open_executor(ToolRegistry(), mode="thread", grace_period=-1):
+            raise AssertionError("unreachable")  # pragma: no cover
+
+    with pytest.raises(ValueError, match="grace_period must be seconds >= 0"):
+        _run(main())

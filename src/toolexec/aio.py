@@ -62,7 +62,6 @@ import time
 from typing import TYPE_CHECKING, Any, Literal, ParamSpec, TypeVar
 
 import attrs
-import outcome as outcome_lib
 import trio
 
 from ._executor import ToolExecutor
@@ -268,7 +267,8 @@ class _Guest:
     def __init__(self, loop: asyncio.AbstractEventLoop, mode: Mode) -> None:
         self.host = _Host(loop, threaded=mode == "thread")
         self.ready: asyncio.Future[ToolExecutor] = loop.create_future()
-        self.done: asyncio.Future[Outcome[None]] = loop.create_future()
+        # The run's end: ``None``, or the error it ended with.
+        self.done: asyncio.Future[BaseException | None] = loop.create_future()
         self.jobs: set[_Job] = set()
         self.closed: BaseException | None = None
         self.token: trio.lowlevel.TrioToken | None = None
@@ -288,8 +288,8 @@ class _Guest:
     async def main(self, registry: ToolRegistry, kwargs: dict[str, Any]) -> None:
         # The run's main task: contexts outside, batches inside.
         _HOST.set(self.host)
+        self.tool_executor = executor = ToolExecutor(registry, **kwargs)  # bare errors
         async with trio.open_nursery() as outer:
-            self.tool_executor = executor = ToolExecutor(registry, **kwargs)
             self.token = self.host.token = trio.lowlevel.current_trio_token()
             self.outer = outer
             if not self.host.threaded:
@@ -344,7 +344,16 @@ class _Guest:
 
     # -- asyncio side ------------------------------------------------------
 
-    def finished(self, result: Outcome[None]) -> None:
+    def guest_finished(self, result: Outcome[None]) -> None:
+        # The guest run's ``done_callback``.
+        try:
+            result.unwrap()
+        except BaseException as exc:  # kept, raised by ``close``
+            self.finished(exc)
+        else:
+            self.finished(None)
+
+    def finished(self, error: BaseException | None) -> None:
         # The run has ended; fail whoever still waits.
         self.closed = RuntimeError("the trio run stopped")
         for job in self.jobs:
@@ -352,7 +361,7 @@ class _Guest:
         for held in self.contexts:
             _settle(held.future, self.closed)
         _settle(self.ready, RuntimeError("the trio run stopped before it started"))
-        self.done.set_result(result)
+        self.done.set_result(error)
 
     def _check_open(self) -> trio.lowlevel.TrioToken:
         if self.closed is not None or self.token is None:
@@ -396,7 +405,9 @@ class _Guest:
         if self.thread is not None:
             self.thread.join()
         self.closed = self.closed or RuntimeError("closed")
-        self.done.result().unwrap()
+        error = self.done.result()
+        if error is not None:
+            raise error
         if cancelled:
             raise asyncio.CancelledError
 
@@ -511,9 +522,13 @@ def _start_thread(guest: _Guest, registry: ToolRegistry, kwargs: dict[str, Any])
     loop = guest.host.loop
 
     def body() -> None:
-        result: Outcome[None] = outcome_lib.capture(trio.run, guest.main, registry, kwargs)
+        error: BaseException | None = None
+        try:
+            trio.run(guest.main, registry, kwargs)
+        except BaseException as exc:  # handed to the loop, raised by ``close``
+            error = exc
         with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits
-            loop.call_soon_threadsafe(guest.finished, result)
+            loop.call_soon_threadsafe(guest.finished, error)
 
     guest.thread = threading.Thread(target=body, name="toolexec.aio trio run", daemon=True)
     guest.thread.start()
@@ -553,7 +568,7 @@ async def open_executor(
             executor_kwargs,
             run_sync_soon_threadsafe=loop.call_soon_threadsafe,
             run_sync_soon_not_threadsafe=loop.call_soon,
-            done_callback=guest.finished,
+            done_callback=guest.guest_finished,
             host_uses_signal_set_wakeup_fd=threading.current_thread() is threading.main_thread(),
         )
     try:
