@@ -254,3 +254,82 @@ def test_one_executor_in_two_trio_runs_at_once_is_a_clear_error() -> None:
     # Once the first run's batches are over, the executor may serve another run.
     release.set()
     assert _texts(trio.run(executor.execute_batch, [ToolCall("3", "hold", {})])) == ["held"]
+
+
+class Holder:
+    """A tool holding its batch open until the test releases it (from any thread)."""
+
+    def __init__(self) -> None:
+        self.started = threading.Event()
+        self.release = threading.Event()
+
+    def registry(self) -> ToolRegistry:
+        async def hold() -> str:
+            """Hold the batch open until released."""
+            self.started.set()
+            await trio.to_thread.run_sync(self.release.wait)
+            return "held"
+
+        registry = ToolRegistry()
+        registry.register(function_tool(name="hold", side_effects=SideEffects.READ)(hold))
+        return registry
+
+
+def test_a_fork_used_from_another_run_while_its_parent_runs_is_refused() -> None:
+    holder = Holder()
+    parent = ToolExecutor(holder.registry())
+    child = parent.fork_for_subagent("child")
+    first: list[toolexec.BatchOutcome] = []
+    thread = threading.Thread(
+        target=lambda: first.append(trio.run(parent.execute_batch, [ToolCall("1", "hold", {})]))
+    )
+    thread.start()
+    try:
+        assert holder.started.wait(timeout=30)
+        with pytest.raises(RuntimeError, match=r"parent or a fork.*one executor per trio run"):
+            trio.run(child.execute_batch, [ToolCall("2", "hold", {})])
+    finally:
+        holder.release.set()
+        thread.join()
+    assert _texts(first[0]) == ["held"]
+    assert _texts(trio.run(child.execute_batch, [ToolCall("3", "hold", {})])) == ["held"]
+
+
+def test_two_threads_runs_racing_into_one_executor_let_exactly_one_in() -> None:
+    # Both threads leave the barrier together; whichever binds first holds its
+    # batch open until the other was refused, so a second admission (the old
+    # window between check and registration) would hang here, not pass.
+    for _ in range(5):
+        holder = Holder()
+        executor = ToolExecutor(holder.registry())
+        barrier = threading.Barrier(2)
+        refused = threading.Event()
+        errors: list[RuntimeError] = []
+        results: list[toolexec.BatchOutcome] = []
+
+        def attempt(
+            executor: ToolExecutor = executor,
+            barrier: threading.Barrier = barrier,
+            refused: threading.Event = refused,
+            errors: list[RuntimeError] = errors,
+            results: list[toolexec.BatchOutcome] = results,
+        ) -> None:
+            barrier.wait()
+            try:
+                results.append(trio.run(executor.execute_batch, [ToolCall("1", "hold", {})]))
+            except RuntimeError as exc:
+                errors.append(exc)
+                refused.set()
+
+        threads = [threading.Thread(target=attempt) for _ in range(2)]
+        for t in threads:
+            t.start()
+        try:
+            assert refused.wait(timeout=30), "both runs were admitted"
+        finally:
+            holder.release.set()
+            for t in threads:
+                t.join()
+        assert len(errors) == 1
+        assert "use one executor per trio run, or toolexec.aio" in str(errors[0])
+        assert [_texts(r) for r in results] == [["held"]]

@@ -264,3 +264,74 @@ def test_events_out_of_order_are_tolerated(
     (span,) = exporter.get_finished_spans()
     assert span.name == "toolexec.batch"
     assert span.parent is None
+
+
+async def test_two_root_executors_sharing_one_sink_at_once_keep_their_own_spans(
+    provider: tuple[TracerProvider, InMemorySpanExporter], autojump_clock: object
+) -> None:
+    # Both executors' first batch is ``root:b0``, open at the same time.
+    tp, exporter = provider
+    tracer = tp.get_tracer("test")
+    sink = OTelSink(tracer)
+    hosts: dict[str, int] = {}
+
+    async def turn(name: str, seconds: int) -> None:
+        executor = ToolExecutor(registry(), sinks=[sink])
+        with tracer.start_as_current_span(f"host {name}") as host:
+            hosts[name] = host.get_span_context().span_id
+            await executor.execute_batch(
+                [
+                    ToolCall(f"{name}1", "look", {"seconds": seconds}),
+                    ToolCall(f"{name}2", "tell", {"text": name}),
+                ]
+            )
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(turn, "a", 2)
+        nursery.start_soon(turn, "b", 1)
+    spans = exporter.get_finished_spans()
+    by_id = {span_id(s): s for s in spans}
+    batches = by_name(spans, "toolexec.batch")
+    assert len(batches) == 2
+    assert all(b.attributes and b.attributes["toolexec.batch.id"] == "root:b0" for b in batches)
+    for name in ("a", "b"):
+        for call in (f"{name}1", f"{name}2"):
+            span = tool_spans(spans)[call]
+            run = by_id[parent_of(span)]  # type: ignore[index]
+            batch = by_id[parent_of(run)]  # type: ignore[index]
+            assert batch.name == "toolexec.batch"
+            assert parent_of(batch) == hosts[name]
+    (progress,) = [e for e in tool_spans(spans)["b2"].events if e.name == "progress"]
+    assert progress.attributes == {"message": "b"}
+
+
+@pytest.mark.parametrize("mode", ["guest", "thread"])
+def test_spans_nest_under_the_asyncio_hosts_span_across_the_bridge(
+    provider: tuple[TracerProvider, InMemorySpanExporter], mode: str
+) -> None:
+    import asyncio
+
+    import toolexec.aio
+
+    tp, exporter = provider
+    tracer = tp.get_tracer("test")
+
+    async def main() -> int:
+        async with toolexec.aio.open_executor(
+            registry(),
+            mode=mode,  # type: ignore[arg-type]
+            sinks=[OTelSink(tracer)],
+        ) as ex:
+            with tracer.start_as_current_span("asyncio turn") as host:
+                await ex.execute_batch([ToolCall("t", "tell", {"text": "hi"})])
+            await ex.execute_batch([ToolCall("u", "tell", {"text": "no host span"})])
+            found: int = host.get_span_context().span_id
+            return found
+
+    host_id = asyncio.run(main())
+    spans = exporter.get_finished_spans()
+    first, second = sorted(by_name(spans, "toolexec.batch"), key=lambda s: s.start_time or 0)
+    assert parent_of(first) == host_id
+    assert parent_of(second) is None
+    (run,) = [s for s in by_name(spans, "toolexec.run") if parent_of(s) == span_id(first)]
+    assert parent_of(tool_spans(spans)["t"]) == span_id(run)

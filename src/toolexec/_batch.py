@@ -134,6 +134,7 @@ class Batch:
             raise
         finally:
             cancellers.discard(self.cancel)
+            self._runtime.release_run()
         return self._finish(messages)
 
     async def _run(self, run: RunPlan) -> None:

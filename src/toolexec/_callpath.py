@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 import traceback
 from typing import TYPE_CHECKING, Any
 
@@ -50,7 +51,7 @@ if TYPE_CHECKING:
     from ._tool import Services
     from ._types import ContentBlock, PathResolver
 
-__all__ = ["Runtime", "run_call"]
+__all__ = ["RunBinding", "Runtime", "run_call"]
 
 _log = logging.getLogger("toolexec")
 
@@ -74,21 +75,50 @@ class Runtime:
     in_flight: int = 0
     # ``Batch.cancel`` of every batch running now, for ``cancel_all``.
     cancellers: set[Callable[[], None]] = attrs.field(factory=set)
-    # The root task of the trio run whose batches are running now: trio
-    # limiters belong to one run, so batches from a second run are refused.
-    run_root: object = None
+    # Which trio run this executor tree's batches belong to (shared by forks).
+    binding: RunBinding = attrs.field(factory=lambda: RunBinding())
 
     def bind_run(self) -> None:
         """Refuse a batch from a second trio run while another run's are running."""
+        self.binding.enter()
+
+    def release_run(self) -> None:
+        """The batch that ``bind_run`` admitted has ended."""
+        self.binding.leave()
+
+
+class RunBinding:
+    """The trio run an executor and its forks are running batches in now.
+
+    trio limiters belong to one run, and forks share some of the parent's, so
+    the whole tree is bound at once. Checking and counting happen under one
+    lock, so two threads' runs starting batches at the same instant cannot
+    both pass: one of them gets the error, whatever the timing.
+    """
+
+    __slots__ = ("_active", "_lock", "_root")
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._root: object = None
+        self._active = 0
+
+    def enter(self) -> None:
         root = trio.lowlevel.current_root_task()
-        if root is not self.run_root:
-            if self.cancellers:
+        with self._lock:
+            if self._active and root is not self._root:
                 raise RuntimeError(
-                    "this ToolExecutor is running batches in another trio run; its"
-                    " pools belong to one run at a time: use one executor per trio"
-                    " run, or toolexec.aio to call one executor from asyncio"
+                    "this ToolExecutor (or its parent or a fork of it) is running batches"
+                    " in another trio run; its pools belong to one run at a time: use one"
+                    " executor per trio run, or toolexec.aio to call one executor from"
+                    " asyncio"
                 )
-            self.run_root = root
+            self._root = root
+            self._active += 1
+
+    def leave(self) -> None:
+        with self._lock:
+            self._active -= 1
 
 
 class Admission:

@@ -31,7 +31,7 @@ from ._approval import ApprovalConfig
 from ._asking import ApprovalMemory, Asker
 from ._backend import Backend
 from ._batch import Batch, BatchOutcome, Steering
-from ._callpath import Runtime
+from ._callpath import RunBinding, Runtime
 from ._lifecycle import CallSlot, State
 from ._limits import ConcurrencyConfig, ExecutorStatistics, Pools
 from ._plan import BatchPlan, ExecutionStrategy, Parallel, RunPlan
@@ -191,6 +191,7 @@ class ToolExecutor:
     parent_call: tuple[str, str] | None = None
     _memory: ApprovalMemory = attrs.field(factory=ApprovalMemory, alias="memory", repr=False)
     _pools: Pools | None = attrs.field(default=None, alias="pools", repr=False)
+    _binding: RunBinding = attrs.field(factory=RunBinding, alias="binding", repr=False)
     _planner: Planner = attrs.field(init=False, repr=False)
     _runtime: Runtime = attrs.field(init=False, repr=False)
     _ids: Iterator[int] = attrs.field(factory=itertools.count, init=False, repr=False)
@@ -222,6 +223,7 @@ class ToolExecutor:
             self.services,
             self,
             self.parent_call,
+            binding=self._binding,
         )
         for name, value in (
             ("_pools", pools),
@@ -313,6 +315,7 @@ class ToolExecutor:
             parent_call=parent_call,
             memory=self._memory,
             pools=self.pools.fork(),
+            binding=self._binding,
         )
 
     def service(self, kind: type[T]) -> T | None:

@@ -21,14 +21,20 @@ agree with ``event.time`` and ``duration`` exactly, also on trio's
 
 - a batch span's parent is the current OpenTelemetry context of the task that
   runs the batch, read when it starts (``BatchPlanned``), so a batch nests
-  under the host's current span; a sub-agent's batch instead sits under the
-  span of the call that started the sub-agent (``parent_call_id``);
+  under the host's current span (through ``toolexec.aio``, the awaiting
+  asyncio task's, whose context variables the batch gets); a sub-agent's
+  batch instead sits under the span of the call that started the sub-agent
+  (``parent_call_id``);
 - a run span's parent is its batch span; a call span's parent is its run span,
   or the batch span for a call answered when the batch was planned;
 - a call span starts at the call's first event of its own (an approval
   request, or the start of the tool) and ends with its result; approvals and
   progress are span events on it. A call that never started (denied, skipped,
   cancelled, bad input) gets a span all the same, ending with its result.
+
+One sink may serve several executors at once. Batch ids are unique per
+executor only (two root executors both have a ``root:b0``), so an event is
+matched to the open batch of its id whose trio task it runs under.
 
 A failed call's span has status ERROR and ``error.type`` set to toolexec's
 error class (``timeout``, ``execution_error``, ...).
@@ -40,6 +46,7 @@ import time
 from typing import TYPE_CHECKING
 
 import attrs
+import trio
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.trace import Status, StatusCode
@@ -59,6 +66,8 @@ from ._events import (
 from ._public import fixup_module_metadata as _fixup_module_metadata
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+
     from opentelemetry.trace import Span, Tracer
 
     from ._events import Event
@@ -69,8 +78,25 @@ __all__ = ["OTelSink"]
 @attrs.define(eq=False)
 class _Batch:
     span: Span
+    task: object  # the trio task running the batch, or None outside trio
     runs: dict[int, Span] = attrs.field(factory=dict)
     run_of: dict[str, int] = attrs.field(factory=dict)
+    calls: dict[str, Span] = attrs.field(factory=dict)
+
+
+def _current_task() -> object:
+    try:
+        return trio.lowlevel.current_task()
+    except RuntimeError:  # events replayed outside a trio run
+        return None
+
+
+def _ancestors(task: object) -> Iterator[object]:
+    """``task`` and the tasks whose nurseries it descends from, nearest first."""
+    while task is not None:
+        yield task
+        nursery = getattr(task, "parent_nursery", None)
+        task = None if nursery is None else nursery.parent_task
 
 
 def _tracer(tracer: Tracer | None) -> Tracer:
@@ -107,15 +133,16 @@ class OTelSink:
 
     tracer: Tracer = attrs.field(default=None, converter=_tracer)
     _offset: int = attrs.field(default=0, init=False)
-    _batches: dict[str, _Batch] = attrs.field(factory=dict, init=False)
-    _calls: dict[tuple[str, str], Span] = attrs.field(factory=dict, init=False)
+    # Open batches by id; two root executors may both have a ``root:b0`` open,
+    # so each id maps to its batches, told apart by the trio task running them.
+    _batches: dict[str, list[_Batch]] = attrs.field(factory=dict, init=False)
 
     def emit(self, event: Event) -> None:
         """Start, annotate or end the span the event concerns."""
         if isinstance(event, BatchPlanned):
             self._batch_planned(event)
             return
-        batch = self._batches.get(event.batch_id)
+        batch = self._find(event.batch_id)
         if batch is None:
             return  # the sink was attached after this batch began
         if isinstance(event, RunStarted | RunFinished):
@@ -127,6 +154,19 @@ class OTelSink:
         elif isinstance(event, BatchFinished):
             self._batch_finished(event, batch)
 
+    def _find(self, batch_id: str) -> _Batch | None:
+        """The open batch with this id that the current task belongs to."""
+        found = self._batches.get(batch_id)
+        if not found:
+            return None
+        if len(found) == 1:
+            return found[0]
+        by_task = {id(b.task): b for b in found}
+        for task in _ancestors(_current_task()):
+            if id(task) in by_task:
+                return by_task[id(task)]
+        return found[-1]  # emitted from outside the batch's tasks: the latest
+
     def _ns(self, trio_time: float) -> int:
         return self._offset + round(trio_time * 1e9)
 
@@ -135,7 +175,8 @@ class OTelSink:
             self._offset = time.time_ns() - round(event.time * 1e9)
         parent = otel_context.get_current()
         if event.parent_batch_id is not None and event.parent_call_id is not None:
-            call = self._calls.get((event.parent_batch_id, event.parent_call_id))
+            above = self._find(event.parent_batch_id)
+            call = None if above is None else above.calls.get(event.parent_call_id)
             if call is not None:
                 parent = trace.set_span_in_context(call)
         span = self.tracer.start_span(
@@ -147,7 +188,7 @@ class OTelSink:
                 "toolexec.batch.id": event.batch_id,
             },
         )
-        self._batches[event.batch_id] = _Batch(span)
+        self._batches.setdefault(event.batch_id, []).append(_Batch(span, _current_task()))
 
     def _run(self, event: RunStarted | RunFinished, batch: _Batch) -> None:
         if isinstance(event, RunFinished):
@@ -167,11 +208,10 @@ class OTelSink:
         batch.run_of.update(dict.fromkeys(event.call_ids, event.index))
 
     def _call_span(self, event: Event, batch: _Batch, call_id: str, tool_name: str) -> Span:
-        key = (event.batch_id, call_id)
-        span = self._calls.get(key)
+        span = batch.calls.get(call_id)
         if span is None:
             run = batch.runs.get(batch.run_of.get(call_id, -1))
-            span = self._calls[key] = self.tracer.start_span(
+            span = batch.calls[call_id] = self.tracer.start_span(
                 f"execute_tool {tool_name}",
                 context=trace.set_span_in_context(run if run is not None else batch.span),
                 start_time=self._ns(event.time),
@@ -196,7 +236,7 @@ class OTelSink:
 
     def _call_ended(self, event: CallCompleted | CallFailed, batch: _Batch) -> None:
         span = self._call_span(event, batch, event.call_id, event.tool_name)
-        del self._calls[(event.batch_id, event.call_id)]
+        del batch.calls[event.call_id]
         if isinstance(event, CallFailed):
             span.set_attribute("error.type", event.error_class.value)
             span.set_status(Status(StatusCode.ERROR, event.message))
@@ -208,7 +248,10 @@ class OTelSink:
             span.end(end_time=end)
         batch.span.set_attribute("toolexec.batch.cancelled", event.cancelled)
         batch.span.end(end_time=end)
-        del self._batches[event.batch_id]
+        same_id = self._batches[event.batch_id]
+        same_id.remove(batch)
+        if not same_id:
+            del self._batches[event.batch_id]
 
 
 _fixup_module_metadata(__name__, __all__)
