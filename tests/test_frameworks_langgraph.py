@@ -15,7 +15,7 @@ import pytest
 import trio
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
-from langgraph.graph import END, START, MessagesState, StateGraph
+from langgraph.graph import START, MessagesState, StateGraph
 from langgraph.prebuilt import ToolNode, tools_condition
 
 import toolexec.aio
@@ -42,7 +42,9 @@ class ScriptedChatModel(GenericFakeChatModel):
 
     bound: list[str] = []  # noqa: RUF012 (a pydantic field)
 
-    def bind_tools(self, tools: Sequence[Any], **kwargs: Any) -> Runnable[Any, BaseMessage]:
+    def bind_tools(  # type: ignore[override]
+        self, tools: Sequence[Any], **kwargs: Any
+    ) -> Runnable[Any, BaseMessage]:
         self.bound = [getattr(t, "name", "") for t in tools]
         return self
 
@@ -227,7 +229,13 @@ def test_invalid_tool_calls_are_answered(tmp_path: Path) -> None:
         content="",
         tool_calls=[{"id": "1", "name": "echo", "args": {"text": "ok"}, "type": "tool_call"}],
         invalid_tool_calls=[
-            {"id": "2", "name": "echo", "args": "{oops", "error": "bad json", "type": "invalid_tool_call"}
+            {
+                "id": "2",
+                "name": "echo",
+                "args": "{oops",
+                "error": "bad json",
+                "type": "invalid_tool_call",
+            }
         ],
     )
     out = _node_run(tmp_path, [message])

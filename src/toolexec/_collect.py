@@ -24,8 +24,8 @@ import contextlib
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from .aio import AsyncioExecutor
     from ._types import ToolCall, ToolResult
+    from .aio import AsyncioExecutor
 
 __all__ = ["Collector"]
 
@@ -73,12 +73,14 @@ class Collector:
             raise
 
     async def _flush(self, group: _Group) -> None:
-        seen = -1
-        while len(group.calls) != seen:  # until a loop turn brings no new call
-            seen = len(group.calls)
-            await asyncio.sleep(0)
-        if self._open is group:
-            self._open = None
+        try:
+            seen = -1
+            while len(group.calls) != seen:  # until a loop turn brings no new call
+                seen = len(group.calls)
+                await asyncio.sleep(0)
+        finally:  # later calls start a new group, also if this one was cancelled
+            if self._open is group:
+                self._open = None
         self.batches += 1
         try:
             outcome = await self.executor.execute_batch(group.calls)

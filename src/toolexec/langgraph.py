@@ -90,6 +90,7 @@ class ToolexecNode:
     def _parse(self, input: Any) -> tuple[list[ToolCall], bool]:
         if isinstance(input, list) and input and _is_tool_call(input[-1]):
             return [_call(c, f"tool call {i}") for i, c in enumerate(input)], True
+        messages: Any
         if isinstance(input, list):
             messages, as_list = input, True
         elif isinstance(input, Mapping):

@@ -25,7 +25,6 @@ on I/O joins a later batch.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from agents import FunctionTool
@@ -35,6 +34,8 @@ from ._public import fixup_module_metadata as _fixup_module_metadata
 from ._types import ToolCall
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable
+
     from agents import ToolContext
 
     from ._types import ToolDefinition
