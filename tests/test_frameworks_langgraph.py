@@ -177,7 +177,9 @@ def test_input_shapes_like_tool_node(tmp_path: Path) -> None:
     as_list = _node_run(tmp_path, [message])
     assert [m.content for m in as_list] == ["hi"]
     direct = _node_run(tmp_path, list(message.tool_calls))
-    assert [(m.tool_call_id, m.name) for m in direct] == [("1", "echo")]
+    assert [(m.tool_call_id, m.name) for m in direct["messages"]] == [("1", "echo")]
+    sent = {"__type": "tool_call_with_context", "tool_call": message.tool_calls[0], "state": {}}
+    assert [m.content for m in _node_run(tmp_path, sent)["messages"]] == ["hi"]
     state_object = MessagesStateObject([message])
     assert [m.content for m in _node_run(tmp_path, state_object)["messages"]] == ["hi"]
 
@@ -185,6 +187,27 @@ def test_input_shapes_like_tool_node(tmp_path: Path) -> None:
 class MessagesStateObject:
     def __init__(self, messages: list[BaseMessage]) -> None:
         self.messages = messages
+
+
+def test_structured_content_is_json_text_like_tool_node(tmp_path: Path) -> None:
+    """ToolNode: a tool returning a list of dicts gives that list as JSON text."""
+    registry = ToolRegistry()
+
+    @function_tool(side_effects=SideEffects.NONE)
+    def pairs(some_val: int, some_other_val: str) -> list[dict[str, Any]]:
+        """Two records."""
+        return [{"key_1": some_val, "key_2": "foo"}, {"key_1": some_other_val, "key_2": "baz"}]
+
+    registry.register(pairs)
+
+    async def main() -> Any:
+        async with toolexec.aio.open_executor(registry) as executor:
+            call = ("some 2", "pairs", {"some_val": 2, "some_other_val": "bar"})
+            return await ToolexecNode(executor)({"messages": [_calls(call)]})
+
+    (message,) = asyncio.run(main())["messages"]
+    assert message.content == '[{"key_1": 2, "key_2": "foo"}, {"key_1": "bar", "key_2": "baz"}]'
+    assert message.tool_call_id == "some 2"
 
 
 def test_custom_messages_key(tmp_path: Path) -> None:

@@ -64,9 +64,10 @@ class ToolexecNode:
 
     It accepts what the prebuilt ``ToolNode`` accepts: the graph state (a
     mapping, or an object with the messages attribute), a list of messages,
-    or a list of tool-call dicts. It answers a state with
-    ``{messages_key: [ToolMessage, ...]}`` and a list with a list, one
-    ``ToolMessage`` per call, in call order. The calls run as one toolexec
+    a list of tool-call dicts, or one tool call sent with ``Send``. Like
+    ``ToolNode``, it answers a list of messages with a list and anything else
+    with ``{messages_key: [...]}``: one ``ToolMessage`` per call, in call
+    order. The calls run as one toolexec
     batch, so caps, read/write ordering and policies hold across the turn.
     Calls LangChain could not parse (``AIMessage.invalid_tool_calls``) are
     answered too, after the others, as ``invalid_arguments`` errors.
@@ -89,7 +90,9 @@ class ToolexecNode:
 
     def _parse(self, input: Any) -> tuple[list[ToolCall], bool]:
         if isinstance(input, list) and input and _is_tool_call(input[-1]):
-            return [_call(c, f"tool call {i}") for i, c in enumerate(input)], True
+            return [_call(c, f"tool call {i}") for i, c in enumerate(input)], False
+        if isinstance(input, Mapping) and input.get("__type") == "tool_call_with_context":
+            return [_call(input["tool_call"], "the Send's tool call")], False  # Send API input
         messages: Any
         if isinstance(input, list):
             messages, as_list = input, True
