@@ -2,7 +2,8 @@
 
 Run: ``python benchmarks/bench_frameworks.py`` (``--quick`` for fewer
 repeats). In one process, interleaved, for N = 10 and 100 calls of one cheap
-tool in a model turn, it times a whole tool turn in each framework two ways:
+async tool in a model turn (async, so that no framework runs it in a
+thread), it times a whole tool turn in each framework two ways:
 
 - LangGraph: a compiled graph ``START -> tools -> END`` given an
   ``AIMessage`` with N tool calls, the node being the prebuilt ``ToolNode``
@@ -56,7 +57,7 @@ SIZES = (10, 100)
 CALLS_PER_SAMPLE = 400
 
 
-def add(a: int, b: int) -> int:
+async def add(a: int, b: int) -> int:
     """Add two integers."""
     return a + b
 

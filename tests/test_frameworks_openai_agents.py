@@ -132,10 +132,14 @@ def test_a_per_tool_cap_holds_across_the_turn() -> None:
     assert peak == 2
 
 
-def test_unknown_names_are_refused() -> None:
-    async def main() -> None:
-        async with toolexec.aio.open_executor(ToolRegistry()) as executor:
-            function_tools(executor, names=["nope"])
+def test_names_pick_the_tools_and_unknown_names_are_refused(tmp_path: Path) -> None:
+    registry = ToolRegistry()
+    register_builtin_tools(registry, Workspace(tmp_path))
 
+    async def main(names: list[str]) -> list[str]:
+        async with toolexec.aio.open_executor(registry) as executor:
+            return [t.name for t in function_tools(executor, names=names)]
+
+    assert asyncio.run(main(["echo", "read_file"])) == ["echo", "read_file"]
     with pytest.raises(KeyError, match="no tool named 'nope'"):
-        asyncio.run(main())
+        asyncio.run(main(["nope"]))
