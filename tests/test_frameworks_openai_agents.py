@@ -143,3 +143,37 @@ def test_names_pick_the_tools_and_unknown_names_are_refused(tmp_path: Path) -> N
     assert asyncio.run(main(["echo", "read_file"])) == ["echo", "read_file"]
     with pytest.raises(KeyError, match="no tool named 'nope'"):
         asyncio.run(main(["nope"]))
+
+
+def test_cancelling_the_run_cancels_the_batch() -> None:
+    """Cancelling Runner.run cancels the toolexec batch: no call is left in flight."""
+    registry = ToolRegistry()
+
+    @function_tool(side_effects=SideEffects.READ)
+    async def wait() -> str:
+        """Wait until cancelled."""
+        await trio.sleep_forever()
+        return "never"
+
+    registry.register(wait)
+    turns = [[function_call("wait", {}, call_id=f"w{i}") for i in range(2)]]
+
+    async def main() -> int:
+        async with toolexec.aio.open_executor(registry) as executor:
+            agent = Agent(name="helper", tools=function_tools(executor), model=ScriptedModel(turns))
+            config = RunConfig(tracing_disabled=True)
+            run = asyncio.create_task(Runner.run(agent, "go", run_config=config))
+            while executor.executor.statistics().calls_in_flight < 2:
+                await asyncio.sleep(0)
+            run.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await run
+            # The SDK cancels its tool tasks without waiting for them, so the batch
+            # ends a few loop turns after Runner.run raised (bounded: a hang guard).
+            for _ in range(10_000):
+                if not executor.executor.statistics().calls_in_flight:
+                    break
+                await asyncio.sleep(0)
+            return executor.executor.statistics().calls_in_flight
+
+    assert asyncio.run(main()) == 0
