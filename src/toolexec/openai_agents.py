@@ -36,7 +36,7 @@ from ._types import ToolCall
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
-    from agents import ToolContext
+    from agents import Tool, ToolContext
 
     from ._types import ToolDefinition
     from .aio import AsyncioExecutor
@@ -44,10 +44,8 @@ if TYPE_CHECKING:
 __all__ = ["function_tools"]
 
 
-def function_tools(
-    executor: AsyncioExecutor, names: Iterable[str] | None = None
-) -> list[FunctionTool]:
-    """The executor's tools as the SDK's ``FunctionTool`` objects.
+def function_tools(executor: AsyncioExecutor, names: Iterable[str] | None = None) -> list[Tool]:
+    """The executor's tools as the SDK's ``FunctionTool`` objects (typed as its ``Tool``).
 
     Args:
         executor: the ``toolexec.aio`` executor the calls run on.
