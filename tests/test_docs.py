@@ -21,6 +21,7 @@ DOCS = Path(__file__).parent.parent / "docs"
 PAGES = [
     "asyncio.md",
     "concepts.md",
+    "frameworks.md",
     "function-tools.md",
     "observability.md",
     "scale-out.md",

@@ -89,6 +89,8 @@ LAYERS: dict[str, str] = {
         ["formats", "_adapters", "mcp", "openapi", "otel", "aio", "testing", "_ray"],
         "integrations",
     ),
+    # Framework adapters (extras langgraph, openai-agents, pydantic-ai) and their collector.
+    **dict.fromkeys(["_collect", "langgraph", "openai_agents", "pydantic_ai"], "integrations"),
     **dict.fromkeys(["_cli", "_cli_sources"], "cli"),
     # The public face: re-exports only.
     **dict.fromkeys(

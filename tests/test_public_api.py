@@ -42,6 +42,9 @@ PUBLIC = [
     "toolexec.openapi",
     "toolexec.otel",
     "toolexec.testing",
+    "toolexec.langgraph",
+    "toolexec.openai_agents",
+    "toolexec.pydantic_ai",
 ]
 # toolexec.policy lists the root's policy basics too, as the same objects.
 REEXPORTED = {"toolexec.policy": {"Allow", "AllowAll", "Ask", "Deny", "ToolPolicy"}}
