@@ -88,6 +88,10 @@ LAYERS: dict[str, str] = {
     **dict.fromkeys(
         ["formats", "_adapters", "mcp", "openapi", "otel", "aio", "testing"], "integrations"
     ),
+    # The supervisor/runner IPC protocol.
+    **dict.fromkeys(["_ipc_protocol", "_ipc_supervisor", "_ipc_client"], "integrations"),
+    **dict.fromkeys(["_ipc_cli"], "cli"),
+    **dict.fromkeys(["ipc"], "api"),
     **dict.fromkeys(["_cli", "_cli_sources"], "cli"),
     # The public face: re-exports only.
     **dict.fromkeys(

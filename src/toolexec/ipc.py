@@ -39,17 +39,17 @@ from ._ipc_supervisor import AuditLog, RunnerConfig, RunnerStatistics, Superviso
 from ._public import fixup_module_metadata as _fixup_module_metadata
 
 __all__ = [
-    "DEFAULT_MAX_LINE_BYTES",
-    "ERROR_CLASS_OF",
-    "PROTOCOL_SLUGS",
-    "SLUG_OF",
     "AuditLog",
     "CallSpec",
+    "DEFAULT_MAX_LINE_BYTES",
+    "ERROR_CLASS_OF",
     "LineSplitter",
+    "PROTOCOL_SLUGS",
     "ProtocolError",
     "RunnerClient",
     "RunnerConfig",
     "RunnerStatistics",
+    "SLUG_OF",
     "Supervisor",
     "ToolCallMessage",
     "ToolResponse",
