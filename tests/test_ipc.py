@@ -97,8 +97,14 @@ def test_every_error_class_has_one_slug_and_back() -> None:
     ("line", "slug"),
     [
         (b"not json", "invalid_json"),
-        (b'{"op": "tool_call", "tool_call_id": "a", "tool": "echo", "args": {"x": NaN}}', "invalid_json"),
-        (b'{"op": "tool_call", "tool_call_id": "a", "tool": "echo", "args": {"x": -Infinity}}', "invalid_json"),
+        (
+            b'{"op": "tool_call", "tool_call_id": "a", "tool": "echo", "args": {"x": NaN}}',
+            "invalid_json",
+        ),
+        (
+            b'{"op": "tool_call", "tool_call_id": "a", "tool": "echo", "args": {"x": -Infinity}}',
+            "invalid_json",
+        ),
         (b"\xff\xfe", "invalid_json"),
         (b"[1, 2]", "invalid_message"),
         (b'{"op": "shutdown"}', "unknown_op"),
@@ -106,7 +112,10 @@ def test_every_error_class_has_one_slug_and_back() -> None:
         (b'{"op": "tool_call", "tool": "echo"}', "invalid_message"),
         (b'{"op": "tool_call", "tool_call_id": "", "tool": "echo"}', "invalid_message"),
         (b'{"op": "tool_call", "tool_call_id": "a", "tool": 3}', "invalid_message"),
-        (b'{"op": "tool_call", "tool_call_id": "a", "tool": "echo", "args": []}', "invalid_message"),
+        (
+            b'{"op": "tool_call", "tool_call_id": "a", "tool": "echo", "args": []}',
+            "invalid_message",
+        ),
         (b"[" * 100_000, "invalid_json"),
     ],
 )
@@ -306,7 +315,9 @@ async def test_calls_that_arrive_together_form_one_ordered_batch() -> None:
     plans: list[Any] = []
     sink = CallbackSink(lambda e: plans.append(e.plan) if isinstance(e, BatchPlanned) else None)
     supervisor = Supervisor(ToolExecutor(registry(), sinks=[sink]))
-    payload = call("r1") + call("w1", tool="put", key="a") + call("r2") + call("w2", tool="put", key="b")
+    payload = (
+        call("r1") + call("w1", tool="put", key="a") + call("r2") + call("w2", tool="put", key="b")
+    )
     answers = await exchange(payload, supervisor)
     assert [a["tool_call_id"] for a in answers] == ["r1", "w1", "r2", "w2"]  # call order
     (plan,) = plans
