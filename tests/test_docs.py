@@ -22,6 +22,7 @@ PAGES = [
     "asyncio.md",
     "concepts.md",
     "function-tools.md",
+    "ipc.md",
     "observability.md",
     "security.md",
     "testing.md",
