@@ -24,8 +24,10 @@ MAX_LINE = 512
 
 
 def _check_call(message: ToolCallMessage) -> None:
-    assert isinstance(message.tool_call_id, str) and 0 < len(message.tool_call_id) <= 256
-    assert isinstance(message.tool, str) and message.tool
+    assert isinstance(message.tool_call_id, str)
+    assert 0 < len(message.tool_call_id) <= 256
+    assert isinstance(message.tool, str)
+    assert message.tool
     assert isinstance(message.args, dict)
     # What was decoded encodes again (no NaN, nothing JSON cannot hold).
     json.dumps(message.args, allow_nan=False)
@@ -34,13 +36,16 @@ def _check_call(message: ToolCallMessage) -> None:
 def _check_line(line: bytes) -> None:
     assert b"\n" not in line
     assert len(line) <= MAX_LINE
+    outcome: ToolCallMessage | ProtocolError
     try:
-        message = decode_message(line)
+        outcome = decode_message(line)
     except ProtocolError as exc:
-        assert exc.slug in PROTOCOL_SLUGS, exc.slug
-        assert exc.message
-        return
-    _check_call(message)
+        outcome = exc
+    if isinstance(outcome, ProtocolError):
+        assert outcome.slug in PROTOCOL_SLUGS, outcome.slug
+        assert outcome.message
+    else:
+        _check_call(outcome)
 
 
 def test_one_input(data: bytes) -> None:
