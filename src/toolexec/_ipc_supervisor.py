@@ -2,10 +2,10 @@
 
 The user-facing story: docs/ipc.md.
 
-Theory of operation. Each runner gets a *session* of three tasks in one
-nursery, joined by bounded channels, so that a runner that writes faster
-than its calls run, or never reads its answers, meets back-pressure rather
-than growing the supervisor's memory:
+Theory of operation. Each runner gets a *session* of two tasks in one
+nursery, joined by a bounded channel and sharing one writer, so that a
+runner that writes faster than its calls run, or never reads its answers,
+meets back-pressure rather than growing the supervisor's memory:
 
 * the *reader* cuts the runner's output into lines (``LineSplitter``: at
   most ``max_line_bytes`` held), decodes each, and hands the calls that one
@@ -17,14 +17,16 @@ than growing the supervisor's memory:
   within the runner's grants), then the runner's fork of the executor,
   which routes, admits and orders them like any batch. Batches of one
   runner run one after another, so a call never overtakes one the runner
-  sent before it; the answers of a batch are sent in call order;
-* the *writer* sends the answers, one ``send_all`` at a time.
+  sent before it; the answers of a batch are sent in call order, in one
+  write.
 
-The groups channel holds one group and the answers channel
-``max_queued_responses`` lines: when the writer is stuck on a runner that
-does not read, the dispatcher waits, then the reader, then the runner's own
-writes. A runner that closes its input or exits has nobody to answer: its
-session is cancelled, and with it the calls still running.
+Both write through one lock (``_Writer``), and the groups channel holds
+one group: when a write is stuck on a runner that does not read, the
+dispatcher waits in it, then the reader (on the channel, or on the lock
+with a protocol error), then the runner's own writes. Nothing is queued
+beyond one batch's answers. A runner that closes its input or exits has
+nobody to answer: its session is cancelled, and with it the calls still
+running.
 """
 
 from __future__ import annotations
@@ -61,7 +63,6 @@ if TYPE_CHECKING:
     import re
     from collections.abc import Mapping, Sequence
 
-    from ._batch import Batch
     from ._types import ToolResult
     from ._workspace import Workspace
 
@@ -114,7 +115,7 @@ class RunnerStatistics:
     calls_answered: int
     calls_in_flight: int
     protocol_errors: int
-    responses_queued: int
+    writes_waiting: int
     bytes_buffered: int
 
 
@@ -144,7 +145,6 @@ class Supervisor:
         max_line_bytes: the longest line read from a runner; a longer one is
             refused without being held.
         max_batch_calls: the most calls one batch takes from a runner.
-        max_queued_responses: answer lines held for a runner that is not reading.
     """
 
     executor: ToolExecutor | None = None
@@ -152,7 +152,6 @@ class Supervisor:
     workspace: Workspace | None = None
     max_line_bytes: int = attrs.field(default=DEFAULT_MAX_LINE_BYTES, validator=_at_least_one)
     max_batch_calls: int = attrs.field(default=1024, validator=_at_least_one)
-    max_queued_responses: int = attrs.field(default=64, validator=_at_least_one)
     _sessions: set[_Session] = attrs.field(factory=set, init=False, repr=False)
 
     def __attrs_post_init__(self) -> None:
@@ -297,7 +296,7 @@ class _Session:
     lines: int = 0
     scope: trio.CancelScope = attrs.field(factory=trio.CancelScope, init=False)
     splitter: LineSplitter = attrs.field(init=False)
-    out_stats: Any = None
+    writer: _Writer | None = None
 
     def __attrs_post_init__(self) -> None:
         sup = self.supervisor
@@ -314,7 +313,7 @@ class _Session:
         self.splitter = LineSplitter(sup.max_line_bytes)
 
     def statistics(self) -> RunnerStatistics:
-        queued = self.out_stats().current_buffer_used if self.out_stats else 0
+        queued = self.writer.waiting() if self.writer is not None else 0
         return RunnerStatistics(
             self.runner.name,
             self.executor.agent_path,
@@ -327,14 +326,12 @@ class _Session:
         )
 
     async def run(self, receive: trio.abc.ReceiveStream, send: trio.abc.SendStream) -> None:
-        out_send, out_recv = trio.open_memory_channel[bytes](self.supervisor.max_queued_responses)
         groups_send, groups_recv = trio.open_memory_channel[list[ToolCallMessage]](1)
-        self.out_stats = out_send.statistics
+        out = self.writer = _Writer(send, self.scope, self.runner.name)
         with self.scope:
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(self._write, send, out_recv)
-                nursery.start_soon(self._read, receive, groups_send, out_send.clone())
-                nursery.start_soon(self._dispatch, groups_recv, out_send)
+                nursery.start_soon(self._read, receive, groups_send, out)
+                nursery.start_soon(self._dispatch, groups_recv, out)
 
     # -- reader ----------------------------------------------------------------------
 
@@ -342,9 +339,9 @@ class _Session:
         self,
         receive: trio.abc.ReceiveStream,
         groups: trio.MemorySendChannel[list[ToolCallMessage]],
-        out: trio.MemorySendChannel[bytes],
+        out: _Writer,
     ) -> None:
-        async with groups, out:
+        async with groups:
             while True:
                 try:
                     chunk = await receive.receive_some(_READ_CHUNK)
@@ -359,9 +356,7 @@ class _Session:
             if truncated is not None:
                 await self._refuse(truncated, self.lines + 1, out)
 
-    async def _take_lines(
-        self, chunk: bytes | bytearray, out: trio.MemorySendChannel[bytes]
-    ) -> list[ToolCallMessage]:
+    async def _take_lines(self, chunk: bytes | bytearray, out: _Writer) -> list[ToolCallMessage]:
         group: list[ToolCallMessage] = []
         for item in self.splitter.feed(chunk):
             self.lines += 1
@@ -383,9 +378,7 @@ class _Session:
             group.append(call)
         return group
 
-    async def _refuse(
-        self, error: ProtocolError, line: int, out: trio.MemorySendChannel[bytes]
-    ) -> None:
+    async def _refuse(self, error: ProtocolError, line: int, out: _Writer) -> None:
         self.protocol_errors += 1
         _log.warning("runner %s, line %d: %s: %s", self.runner.name, line, error.slug, error)
         await out.send(protocol_error_message(error, line))
@@ -397,10 +390,10 @@ class _Session:
     async def _dispatch(
         self,
         groups: trio.MemoryReceiveChannel[list[ToolCallMessage]],
-        out: trio.MemorySendChannel[bytes],
+        out: _Writer,
     ) -> None:
         limit = self.supervisor.max_batch_calls
-        async with groups, out:
+        async with groups:
             async for group in groups:
                 calls = group
                 while len(calls) < limit:
@@ -410,53 +403,43 @@ class _Session:
                         break
                 await self._run_batch(calls, out)
 
-    async def _run_batch(
-        self, calls: list[ToolCallMessage], out: trio.MemorySendChannel[bytes]
-    ) -> None:
-        refused: dict[str, tuple[str, str]] = {}
+    async def _run_batch(self, calls: list[ToolCallMessage], out: _Writer) -> None:
+        refused: dict[str, bytes] = {}
         forward: list[ToolCall] = []
         for call in calls:
             verdict = self.gate.check(call)
             if verdict is None:
                 forward.append(ToolCall(call.tool_call_id, call.tool, call.args))
             else:
-                refused[call.tool_call_id] = verdict
+                refused[call.tool_call_id] = _refusal(call.tool_call_id, *verdict)
                 self._record("tool.call.denied", call, error=verdict[0], message=verdict[1])
-        results: dict[str, ToolResult] = {}
-        if forward:
-            batch = self.executor.prepare(forward)
-            answered_at_once = set(batch.plan.short_circuited_ids)
-            by_id = {c.tool_call_id: c for c in calls}
-            for tc in forward:
-                if tc.id not in answered_at_once:
-                    self._record("tool.call.dispatched", by_id[tc.id])
-            results = await self._run(batch)
-            for cid in answered_at_once:
-                r = results[cid]
-                if r.error_class is not ErrorClass.SKIPPED:
-                    self._record("tool.call.denied", by_id[cid], error=_slug(r), message=r.text)
+        results = await self._execute(forward, calls) if forward else {}
+        answers = (
+            refused.get(c.tool_call_id) or response_message(c.tool_call_id, results[c.tool_call_id])
+            for c in calls
+        )
+        await out.send(b"".join(answers))
         for call in calls:
-            cid = call.tool_call_id
-            if cid in refused:
-                slug, message = refused[cid]
-                line = encode(
-                    {
-                        "op": "tool_response",
-                        "tool_call_id": cid,
-                        "ok": False,
-                        "error": slug,
-                        "message": message,
-                    }
-                )
-            else:
-                line = response_message(cid, results[cid])
-            await out.send(line)
-            self.in_flight.discard(cid)
-            self.answered += 1
+            self.in_flight.discard(call.tool_call_id)
+        self.answered += len(calls)
 
-    async def _run(self, batch: Batch) -> dict[str, ToolResult]:
+    async def _execute(
+        self, forward: list[ToolCall], calls: list[ToolCallMessage]
+    ) -> dict[str, ToolResult]:
+        """Run the calls the gate passed as one batch; record the executor's decisions."""
+        batch = self.executor.prepare(forward)
+        answered_at_once = set(batch.plan.short_circuited_ids)
+        by_id = {c.tool_call_id: c for c in calls}
+        for tc in forward:
+            if tc.id not in answered_at_once:
+                self._record("tool.call.dispatched", by_id[tc.id])
         outcome = await batch.run()
-        return {r.call_id: r for r in outcome.results}
+        results = {r.call_id: r for r in outcome.results}
+        for cid in answered_at_once:
+            r = results[cid]
+            if r.error_class is not ErrorClass.SKIPPED:
+                self._record("tool.call.denied", by_id[cid], error=_slug(r), message=r.text)
+        return results
 
     def _record(self, kind: str, call: ToolCallMessage, **extra: str) -> None:
         if not self.audit:
@@ -476,18 +459,40 @@ class _Session:
             except Exception:
                 _log.exception("audit log %r raised; record dropped for it", log)
 
-    # -- writer ----------------------------------------------------------------------
 
-    async def _write(
-        self, send: trio.abc.SendStream, lines: trio.MemoryReceiveChannel[bytes]
-    ) -> None:
-        async with lines:
+@attrs.define(eq=False)
+class _Writer:
+    """The one way into a runner's input: one write at a time, a broken one ends the session."""
+
+    stream: trio.abc.SendStream
+    scope: trio.CancelScope
+    name: str
+    lock: trio.StrictFIFOLock = attrs.field(factory=trio.StrictFIFOLock)
+
+    async def send(self, data: bytes) -> None:
+        async with self.lock:
             try:
-                async for line in lines:
-                    await send.send_all(line)
+                await self.stream.send_all(data)
             except (trio.BrokenResourceError, trio.ClosedResourceError):
-                _log.info("runner %s stopped reading; cancelling its calls", self.runner.name)
+                _log.info("runner %s stopped reading; cancelling its calls", self.name)
                 self.scope.cancel()
+
+    def waiting(self) -> int:
+        """Writes under way or waiting (at most the reader's and the dispatcher's)."""
+        stats = self.lock.statistics()
+        return stats.tasks_waiting + stats.locked
+
+
+def _refusal(call_id: str, slug: str, message: str) -> bytes:
+    return encode(
+        {
+            "op": "tool_response",
+            "tool_call_id": call_id,
+            "ok": False,
+            "error": slug,
+            "message": message,
+        }
+    )
 
 
 def _slug(result: ToolResult) -> str:
