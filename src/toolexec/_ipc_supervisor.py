@@ -2,31 +2,29 @@
 
 The user-facing story: docs/ipc.md.
 
-Theory of operation. Each runner gets a *session* of two tasks in one
-nursery, joined by a bounded channel and sharing one writer, so that a
-runner that writes faster than its calls run, or never reads its answers,
-meets back-pressure rather than growing the supervisor's memory:
+Theory of operation. Each runner gets a *session*: one task that reads,
+runs and writes in turn, so that a runner that writes faster than its calls
+run, or never reads its answers, meets back-pressure rather than growing
+the supervisor's memory:
 
-* the *reader* cuts the runner's output into lines (``LineSplitter``: at
-  most ``max_line_bytes`` held), decodes each, and hands the calls that one
-  read from the pipe completes to the dispatcher as a *group*; a line that
-  is not a call is answered with a ``protocol_error`` at once;
-* the *dispatcher* takes a group, adds every group already waiting (up to
-  ``max_batch_calls``), and runs them as one batch: the supervisor's gate
-  first (the tool exists, the runner may use it, its path arguments are
-  within the runner's grants), then the runner's fork of the executor,
-  which routes, admits and orders them like any batch. Batches of one
-  runner run one after another, so a call never overtakes one the runner
-  sent before it; the answers of a batch are sent in call order, in one
-  write.
+1. *read*: one read from the runner's pipe (at most 64 KiB), cut into lines
+   by ``LineSplitter`` (at most ``max_line_bytes`` of an unfinished line
+   held) and decoded; a line that is not a call is answered with a
+   ``protocol_error`` at once;
+2. *run*: the calls that read completed are a batch (split into batches of
+   at most ``max_batch_calls``): the supervisor's gate first (the tool
+   exists, the runner may use it, its path arguments are within the
+   runner's grants), then the runner's fork of the executor, which routes,
+   admits and orders them like any batch;
+3. *write*: the batch's answers, in call order, in one write.
 
-Both write through one lock (``_Writer``), and the groups channel holds
-one group: when a write is stuck on a runner that does not read, the
-dispatcher waits in it, then the reader (on the channel, or on the lock
-with a protocol error), then the runner's own writes. Nothing is queued
-beyond one batch's answers. A runner that closes its input or exits has
-nobody to answer: its session is cancelled, and with it the calls still
-running.
+While a batch runs nothing is read, so what the runner sends meanwhile
+waits in the pipe and comes back in one read, as the next batch: calls sent
+together run together, and a call never overtakes one sent before it.
+While a write is stuck on a runner that does not read, nothing is read
+either, and the runner's own writes block. A runner that closes its input
+or exits has nobody to answer: its session is cancelled, and with it the
+calls still running.
 """
 
 from __future__ import annotations
@@ -282,7 +280,7 @@ def _valid(schema: Any, args: Mapping[str, Any]) -> bool:
 
 @attrs.define(eq=False)
 class _Session:
-    """One runner being served: its reader, dispatcher and writer."""
+    """One runner being served: read, run, write, in turn."""
 
     supervisor: Supervisor
     runner: RunnerConfig
@@ -326,32 +324,13 @@ class _Session:
         )
 
     async def run(self, receive: trio.abc.ReceiveStream, send: trio.abc.SendStream) -> None:
-        groups_send, groups_recv = trio.open_memory_channel[list[ToolCallMessage]](1)
         out = self.writer = _Writer(send, self.scope, self.runner.name)
+        limit = self.supervisor.max_batch_calls
         with self.scope:
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(self._read, receive, groups_send, out)
-                nursery.start_soon(self._dispatch, groups_recv, out)
-
-    # -- reader ----------------------------------------------------------------------
-
-    async def _read(
-        self,
-        receive: trio.abc.ReceiveStream,
-        groups: trio.MemorySendChannel[list[ToolCallMessage]],
-        out: _Writer,
-    ) -> None:
-        async with groups:
-            while True:
-                try:
-                    chunk = await receive.receive_some(_READ_CHUNK)
-                except (trio.BrokenResourceError, trio.ClosedResourceError):
-                    chunk = b""
-                if not chunk:
-                    break
-                group = await self._take_lines(chunk, out)
-                if group:
-                    await groups.send(group)
+            while chunk := await _receive(receive):
+                calls = await self._take_lines(chunk, out)
+                for start in range(0, len(calls), limit):
+                    await self._run_batch(calls[start : start + limit], out)
             truncated = self.splitter.close()
             if truncated is not None:
                 await self._refuse(truncated, self.lines + 1, out)
@@ -381,27 +360,10 @@ class _Session:
     async def _refuse(self, error: ProtocolError, line: int, out: _Writer) -> None:
         self.protocol_errors += 1
         _log.warning("runner %s, line %d: %s: %s", self.runner.name, line, error.slug, error)
-        await out.send(protocol_error_message(error, line))
-        if error.tool_call_id is not None and error.tool_call_id not in self.in_flight:
+        delivered = await out.send(protocol_error_message(error, line))
+        named = error.tool_call_id
+        if delivered and named is not None and named not in self.in_flight:
             self.answered += 1
-
-    # -- dispatcher ------------------------------------------------------------------
-
-    async def _dispatch(
-        self,
-        groups: trio.MemoryReceiveChannel[list[ToolCallMessage]],
-        out: _Writer,
-    ) -> None:
-        limit = self.supervisor.max_batch_calls
-        async with groups:
-            async for group in groups:
-                calls = group
-                while len(calls) < limit:
-                    try:
-                        calls = calls + groups.receive_nowait()
-                    except (trio.WouldBlock, trio.EndOfChannel):
-                        break
-                await self._run_batch(calls, out)
 
     async def _run_batch(self, calls: list[ToolCallMessage], out: _Writer) -> None:
         refused: dict[str, bytes] = {}
@@ -418,7 +380,8 @@ class _Session:
             refused.get(c.tool_call_id) or response_message(c.tool_call_id, results[c.tool_call_id])
             for c in calls
         )
-        await out.send(b"".join(answers))
+        if not await out.send(b"".join(answers)):
+            return
         for call in calls:
             self.in_flight.discard(call.tool_call_id)
         self.answered += len(calls)
@@ -469,18 +432,28 @@ class _Writer:
     name: str
     lock: trio.StrictFIFOLock = attrs.field(factory=trio.StrictFIFOLock)
 
-    async def send(self, data: bytes) -> None:
+    async def send(self, data: bytes) -> bool:
+        """Write ``data``; ``False`` (and the session cancelled) if the runner is gone."""
         async with self.lock:
             try:
                 await self.stream.send_all(data)
             except (trio.BrokenResourceError, trio.ClosedResourceError):
                 _log.info("runner %s stopped reading; cancelling its calls", self.name)
                 self.scope.cancel()
+                return False
+            return True
 
     def waiting(self) -> int:
-        """Writes under way or waiting (at most the reader's and the dispatcher's)."""
+        """Writes under way or waiting (at most one: the session's)."""
         stats = self.lock.statistics()
         return stats.tasks_waiting + stats.locked
+
+
+async def _receive(stream: trio.abc.ReceiveStream) -> bytes | bytearray:
+    try:
+        return await stream.receive_some(_READ_CHUNK)
+    except (trio.BrokenResourceError, trio.ClosedResourceError):
+        return b""
 
 
 def _refusal(call_id: str, slug: str, message: str) -> bytes:
