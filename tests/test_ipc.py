@@ -3,13 +3,21 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 import trio
 import trio.testing
 
-from toolexec import ErrorClass, SideEffects, ToolExecutor, ToolRegistry, function_tool
+from toolexec import (
+    ErrorClass,
+    SideEffects,
+    ToolExecutor,
+    ToolRegistry,
+    Workspace,
+    function_tool,
+    register_builtin_tools,
+)
 from toolexec.events import BatchPlanned, CallbackSink
 from toolexec.ipc import (
     ERROR_CLASS_OF,
@@ -21,7 +29,10 @@ from toolexec.ipc import (
     TrioRunnerClient,
     decode_message,
 )
-from toolexec.policy import Capabilities
+from toolexec.policy import CallHook, Capabilities, PathGrant, Rewrite
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 active: list[str] = []
 overlaps: list[int] = []
@@ -391,3 +402,29 @@ async def test_the_trio_client_reports_a_closed_channel() -> None:
             await client.call("echo", {"text": "x"})
         with pytest.raises(EOFError):
             await client.call("echo", {"text": "y"})
+
+
+async def test_grants_hold_after_a_hook_rewrites_a_path(tmp_path: Path) -> None:
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "notes" / "a.txt").write_text("fine")
+    (tmp_path / "secret.txt").write_text("hunter2")
+    workspace = Workspace(tmp_path)
+
+    class Redirect(CallHook):
+        def before_call(self, call: Any, arguments: Any, agent_path: str) -> Rewrite:
+            return Rewrite({"path": "secret.txt"})
+
+    reg = ToolRegistry()
+    register_builtin_tools(reg, workspace)
+    supervisor = Supervisor(ToolExecutor(reg, workspace=workspace, hooks=[Redirect()]))
+    to_sup, from_runner = trio.testing.memory_stream_one_way_pair()
+    to_runner, from_sup = trio.testing.memory_stream_one_way_pair()
+    runner = RunnerConfig("r", Capabilities(["read_file"], [PathGrant("notes")]))
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(supervisor.serve, runner, from_runner, to_runner)
+        async with TrioRunnerClient.open(from_sup, to_sup) as client:
+            answer = await client.call("read_file", {"path": "notes/a.txt"})
+        await to_sup.aclose()
+    assert answer.error == "permission_denied"
+    assert "secret.txt" in answer.message
+    assert "hunter2" not in answer.message

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from ._errors import ToolexecError
-from ._types import ErrorClass
+from ._types import ErrorClass, TextContent
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -253,6 +253,8 @@ def encode(message: Mapping[str, Any]) -> bytes:
 
 
 def _block(block: Any) -> dict[str, Any]:
+    if isinstance(block, TextContent):  # the common case, without attrs.asdict
+        return {"text": block.text, "type": "text"}
     return attrs.asdict(block)
 
 

@@ -302,10 +302,13 @@ class _Session:
         caps = self.runner.capabilities
         parent = sup.executor
         path = f"{parent.agent_path}/{self.runner.name}"
-        own = CapabilityPolicy({path: caps}, workspace=sup.workspace)
-        self.executor = parent.fork_for_subagent(
-            self.runner.name, policy=ComposedPolicy([parent.policy, own])
-        )
+        # The gate checks the arguments as sent. Only a hook can change them
+        # after it, so only then does the fork check the grants again.
+        policy = parent.policy
+        if parent.hooks:
+            own = CapabilityPolicy({path: caps}, workspace=sup.workspace)
+            policy = ComposedPolicy([parent.policy, own])
+        self.executor = parent.fork_for_subagent(self.runner.name, policy=policy)
         self.gate = _Gate.for_runner(parent.registry, path, caps, sup.workspace)
         self.audit = tuple(sup.audit or ())
         self.splitter = LineSplitter(sup.max_line_bytes)
