@@ -8,6 +8,8 @@ from typing import TYPE_CHECKING, Any
 import pytest
 import trio
 import trio.testing
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from toolexec import (
     ErrorClass,
@@ -428,3 +430,54 @@ async def test_grants_hold_after_a_hook_rewrites_a_path(tmp_path: Path) -> None:
     assert answer.error == "permission_denied"
     assert "secret.txt" in answer.message
     assert "hunter2" not in answer.message
+
+
+GARBAGE = st.sampled_from(
+    [
+        b"not json",
+        b"{}",
+        b"[]",
+        b'{"op": "tool_call"}',
+        b'{"op": "x", "tool_call_id": "g"}',
+        b'{"op": "tool_call", "tool_call_id": "n", "tool": "echo", "args": {"t": NaN}}',
+        b"\xff",
+        b"",
+    ]
+)
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    st.lists(st.one_of(GARBAGE, st.sampled_from(["echo", "put", "nope"])), max_size=12),
+    st.integers(1, 40),
+)
+def test_each_well_formed_call_gets_exactly_one_answer(items: list[Any], cut: int) -> None:
+    payload, ids = b"", []
+    for i, item in enumerate(items):
+        if isinstance(item, bytes):
+            payload += item + b"\n"
+        else:
+            ids.append(f"id{i}")
+            payload += (
+                call(f"id{i}", tool=item, key="k") if item == "put" else call(f"id{i}", tool=item)
+            )
+
+    async def main() -> list[dict[str, Any]]:
+        supervisor = Supervisor(ToolExecutor(registry()))
+        to_sup, from_runner = trio.testing.memory_stream_one_way_pair()
+        to_runner, from_sup = trio.testing.memory_stream_one_way_pair()
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(supervisor.serve, RunnerConfig("r"), from_runner, to_runner)
+            for start in range(0, len(payload), cut):  # arriving in pieces
+                await to_sup.send_all(payload[start : start + cut])
+                await trio.testing.wait_all_tasks_blocked()
+            await to_sup.aclose()
+        await to_runner.aclose()
+        data = b""
+        while chunk := await from_sup.receive_some():
+            data += chunk
+        return [json.loads(line) for line in data.split(b"\n")[:-1]]
+
+    answers = trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+    responses = [a["tool_call_id"] for a in answers if a["op"] == "tool_response"]
+    assert sorted(responses) == sorted(ids)  # each once, and nothing else answered as a call
