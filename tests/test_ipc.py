@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import io
 import json
+import os
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -26,8 +28,10 @@ from toolexec.ipc import (
     SLUG_OF,
     LineSplitter,
     ProtocolError,
+    RunnerClient,
     RunnerConfig,
     Supervisor,
+    ToolResponse,
     TrioRunnerClient,
     decode_message,
 )
@@ -481,3 +485,46 @@ def test_each_well_formed_call_gets_exactly_one_answer(items: list[Any], cut: in
     answers = trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
     responses = [a["tool_call_id"] for a in answers if a["op"] == "tool_response"]
     assert sorted(responses) == sorted(ids)  # each once, and nothing else answered as a call
+
+
+async def test_the_blocking_client_over_real_pipes() -> None:
+    supervisor = Supervisor(ToolExecutor(registry()))
+    calls_r, calls_w = os.pipe()
+    answers_r, answers_w = os.pipe()
+    client = RunnerClient(os.fdopen(answers_r, "rb", buffering=0), os.fdopen(calls_w, "wb"))
+
+    def agent() -> list[ToolResponse]:
+        together = client.call_many([("echo", {"text": "a"}), ("nope", {}, "mine")])
+        alone = client.call("echo", {"text": "b"})
+        client.close()
+        return [*together, alone]
+
+    async with (
+        trio.lowlevel.FdStream(calls_r) as receive,
+        trio.lowlevel.FdStream(answers_w) as send,
+        trio.open_nursery() as nursery,
+    ):
+        nursery.start_soon(supervisor.serve, RunnerConfig("r"), receive, send)
+        got = await trio.to_thread.run_sync(agent)
+    assert [(r.tool_call_id, r.ok, r.error, r.text) for r in got] == [
+        ("call-0", True, None, "a"),
+        ("mine", False, "tool_not_found", "Tool 'nope' not found. Available: echo, put"),
+        ("call-1", True, None, "b"),
+    ]
+    assert got[1].error_class is ErrorClass.NOT_FOUND
+
+
+def test_the_blocking_client_reports_an_early_close_and_refusals() -> None:
+    answers = io.BytesIO(
+        b'{"op": "protocol_error", "error": "unknown_op", "message": "m", "tool_call_id": "x"}\n'
+        b'{"op": "protocol_error", "error": "invalid_json", "message": "bad", "line": 2}\n'
+    )
+    client = RunnerClient(answers, io.BytesIO())
+    refused = client.receive("x")
+    assert (refused.ok, refused.error, refused.error_class) == (False, "unknown_op", None)
+    with pytest.raises(ProtocolError, match="refused line 2: bad"):
+        client.receive("y")
+    with pytest.raises(EOFError):
+        client.receive("y")
+    with pytest.raises(ProtocolError, match="over max_line_bytes"):
+        RunnerClient(io.BytesIO(b"x" * 100), io.BytesIO(), max_line_bytes=10).receive("z")
