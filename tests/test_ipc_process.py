@@ -172,11 +172,14 @@ answers = [json.loads(sys.stdin.buffer.readline()) for _ in range(2)]
 open(sys.argv[1], "w").write(json.dumps(answers))
 """
 
+# The peak RSS of this process image: VmHWM, since getrusage's ru_maxrss keeps
+# the high-water mark of the process that forked it (pytest's) across exec.
 MEASURED_SERVE = """
-import resource, sys
+import sys
 from toolexec._cli import main
 status = main(sys.argv[1:])
-print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr)
+with open("/proc/self/status") as f:
+    print(next(line.split()[1] for line in f if line.startswith("VmHWM:")), file=sys.stderr)
 sys.exit(status)
 """
 
