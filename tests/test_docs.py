@@ -23,6 +23,7 @@ PAGES = [
     "concepts.md",
     "frameworks.md",
     "function-tools.md",
+    "ipc.md",
     "observability.md",
     "scale-out.md",
     "security.md",

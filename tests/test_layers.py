@@ -91,6 +91,10 @@ LAYERS: dict[str, str] = {
     ),
     # Framework adapters (extras langgraph, openai-agents, pydantic-ai) and their collector.
     **dict.fromkeys(["_collect", "langgraph", "openai_agents", "pydantic_ai"], "integrations"),
+    # The supervisor/runner IPC protocol.
+    **dict.fromkeys(["_ipc_protocol", "_ipc_supervisor", "_ipc_client"], "integrations"),
+    **dict.fromkeys(["_ipc_cli"], "cli"),
+    **dict.fromkeys(["ipc"], "api"),
     **dict.fromkeys(["_cli", "_cli_sources"], "cli"),
     # The public face: re-exports only.
     **dict.fromkeys(

@@ -45,6 +45,7 @@ PUBLIC = [
     "toolexec.langgraph",
     "toolexec.openai_agents",
     "toolexec.pydantic_ai",
+    "toolexec.ipc",
 ]
 # toolexec.policy lists the root's policy basics too, as the same objects.
 REEXPORTED = {"toolexec.policy": {"Allow", "AllowAll", "Ask", "Deny", "ToolPolicy"}}

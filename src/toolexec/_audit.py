@@ -29,6 +29,7 @@ from ._events import (
 )
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
     from pathlib import Path
 
 __all__ = ["JsonlAuditSink"]
@@ -79,6 +80,17 @@ class JsonlAuditSink:
             return
         record = {"event": kind, **attrs.asdict(event, value_serializer=_plain)}
         line = json.dumps(record, ensure_ascii=False, default=str) + "\n"
+        os.write(self.fd, line.encode("utf-8"))
+        if self.fsync:
+            os.fsync(self.fd)
+
+    def record(self, kind: str, fields: Mapping[str, Any]) -> None:
+        """Append one line of ``kind`` for a decision made outside an executor.
+
+        The IPC supervisor writes ``tool.call.dispatched`` and
+        ``tool.call.denied`` this way, beside the executor's own lines.
+        """
+        line = json.dumps({"event": kind, **fields}, ensure_ascii=False, default=str) + "\n"
         os.write(self.fd, line.encode("utf-8"))
         if self.fsync:
             os.fsync(self.fd)

@@ -52,6 +52,7 @@ from ._events import (
     RunStarted,
 )
 from ._executor import ToolExecutor
+from ._ipc_cli import add_serve_arguments, serve
 from ._policy import Allow, AllowAll, Ask
 from ._ray import RayBackend
 from ._registry import ToolRegistry
@@ -169,6 +170,16 @@ def _parser() -> argparse.ArgumentParser:
     )
     tools.add_argument("--format", "-f", choices=formats.FORMATS, default="openai-chat")
     tools.add_argument("--no-shell", action="store_true", help="leave the shell tool out")
+    serve = commands.add_parser(
+        "serve",
+        help="serve tool calls to an agent in another process",
+        description="Run a supervisor that executes the tool calls an agent process sends.",
+    )
+    mode = serve.add_mutually_exclusive_group(required=True)
+    mode.add_argument(
+        "--stdio", action="store_true", help="start the runner command; talk over its stdin/stdout"
+    )
+    add_serve_arguments(serve)
     return parser
 
 
@@ -453,6 +464,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     stdin, stdout, stderr = sys.stdin, sys.stdout, sys.stderr
     args = _parser().parse_args(argv)  # exits 2 on a usage error, 0 on --help
     try:
+        if args.command == "serve":
+            return serve(args)
         if args.command == "tools":
             output = _tools(args)
         else:
