@@ -26,7 +26,7 @@ import attrs
 import trio
 
 from . import _messages as say
-from ._callpath import Turns, admit_in_order, may_wait, one_queue, run_call
+from ._callpath import Crew, Turns, admit_in_order, may_wait, one_queue, run_call
 from ._errors import bare_interrupt
 from ._events import BatchFinished, BatchPlanned, RunFinished, RunStarted
 from ._lifecycle import CallSlot, State, error_result
@@ -118,7 +118,11 @@ class Batch:
                 self._report.settle(self._slots[i])
             with self._scope:
                 for run in self.plan.runs:
-                    await self._run(run)
+                    if await self._run(run) and run is not self.plan.runs[-1]:
+                        # The run blocked, so other tasks ran meanwhile: let any
+                        # of them woken in the same instant (a cancel, say) act
+                        # before the next run starts, whatever trio's wake order.
+                        await trio.lowlevel.checkpoint()
                     if steer is not None and (messages := await _poll(steer)):
                         break
         except BaseException as exc:
@@ -136,16 +140,23 @@ class Batch:
             cancellers.discard(self.cancel)
         return self._finish(messages)
 
-    async def _run(self, run: RunPlan) -> None:
+    async def _run(self, run: RunPlan) -> bool:
+        """Run one run to its end; whether any of its calls blocked."""
         rt, report = self._runtime, self._report
         report.emit(RunStarted, index=run.index, routing=run.routing, call_ids=run.call_ids)
         slots = [self._slots[i] for i in run.call_indices]
-        if run.routing is RoutingClass.SERIAL_MUT or len(slots) == 1:
+        blocked = True
+        if one_queue(rt.pools, slots):
+            crew = Crew(rt, slots, report)
+            await crew.run()
+            blocked = crew.blocked
+        elif run.routing is RoutingClass.SERIAL_MUT or len(slots) == 1:
             for slot in slots:
                 await run_call(rt, slot, report)
         else:
             await self._run_together(slots)
         report.emit(RunFinished, index=run.index)
+        return blocked
 
     async def _run_together(self, slots: list[CallSlot]) -> None:
         """Start a run's calls together, admitted in emitted order where they wait."""

@@ -3,7 +3,10 @@
 The user-facing story: docs/concepts.md, "Admission" and "Timeouts and
 cancellation".
 
-Theory of operation. ``run_call`` drives a call through its lifecycle:
+Theory of operation. Most runs go through ``Crew`` (below); ``run_call``
+is the general path, one task per call, for runs where a call waits for a
+human or for its tool's own cap. ``run_call`` drives a call through its
+lifecycle:
 
 1. *Approve* (``_asking.Asker``): a call that needs a human waits for
    the answer first, holding no permit.
@@ -24,7 +27,9 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import traceback
+import types
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -36,10 +41,10 @@ from ._events import CallStarted
 from ._lifecycle import CallSlot, State, error_result
 from ._policy import HOST_GRANT
 from ._tool import ToolContext, _drop
-from ._types import ErrorClass, JsonContent, TextContent, ToolOutput, ToolResult
+from ._types import ErrorClass, JsonContent, RoutingClass, TextContent, ToolOutput, ToolResult
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Sequence
+    from collections.abc import Callable, Coroutine, Generator, Sequence
     from types import TracebackType
 
     from ._asking import Asker
@@ -50,7 +55,7 @@ if TYPE_CHECKING:
     from ._tool import Services
     from ._types import ContentBlock, PathResolver
 
-__all__ = ["Runtime", "run_call"]
+__all__ = ["Crew", "Runtime", "run_call"]
 
 _log = logging.getLogger("toolexec")
 
@@ -207,6 +212,253 @@ async def admit_in_order(
         except trio.WouldBlock:
             await limiter.acquire_on_behalf_of(slot)
         nursery.start_soon(run_call, rt, slot, report, None, True)
+
+
+class Crew:
+    """A run's calls, taken in emitted order by at most ``min(N, width)`` workers.
+
+    The batch's own task is the first worker; a run costs a nursery only if
+    it may have more than one. A worker holds one permit of the run's class
+    and takes calls one after another, running each in its own task:
+
+    - A tool that finishes without blocking costs no task, no permit round
+      trip and no deadline: it never reached a checkpoint, so nothing could
+      have cancelled it, and the worker goes straight on to the next call
+      with the same permit (nobody can have queued for it meanwhile: no
+      other task ran, and trio's ``nowait`` acquire never jumps a queue).
+    - When a tool first blocks (``_drive``), the worker sets the call's
+      deadline on its cancel scope and hires one more worker if calls are
+      left and the width allows, so the run goes on while this call waits,
+      as it would with one task per call. After a call that blocked (or a
+      permit that had to be waited for) the worker gives the permit back,
+      so a waiter elsewhere in the tree gets it first, and takes one again
+      before its next call. A deadline that fired spends the scope; the
+      worker opens a fresh one.
+
+    Workers take a permit *before* they take a call, so calls are admitted
+    in emitted order whoever runs them. Only runs whose calls wait in their
+    class pool alone come here (``one_queue``): a call with its own tool cap
+    would take that permit second, against the fixed order, and a call
+    waiting for a human must not hold one.
+    """
+
+    __slots__ = (
+        "_hired",
+        "_limiter",
+        "_next",
+        "_nursery",
+        "_report",
+        "_rt",
+        "_slots",
+        "_width",
+        "blocked",
+    )
+
+    def __init__(self, rt: Runtime, slots: Sequence[CallSlot], report: Reporter) -> None:
+        self._rt, self._slots, self._report = rt, slots, report
+        routing = slots[0].routing
+        self._limiter = rt.pools.by_class[routing]
+        serial = routing is RoutingClass.SERIAL_MUT
+        self._width = 1 if serial else min(len(slots), int(self._limiter.total_tokens))
+        self._next = 0  # the next call to take
+        self._hired = 1
+        self._nursery: trio.Nursery | None = None
+        self.blocked = False  # whether any call of the run reached a checkpoint
+
+    async def run(self) -> None:
+        """Run every call of the run to its result."""
+        if self._width == 1:
+            await _Worker(self).work()
+            return
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            await _Worker(self).work()
+
+    def hire(self) -> None:
+        """A call blocked: start one more worker, if calls are left and the width allows."""
+        self.blocked = True
+        if self._hired < self._width and self._next < len(self._slots):
+            assert self._nursery is not None
+            self._hired += 1
+            self._nursery.start_soon(_Worker(self).work)
+
+    async def call(self, worker: _Worker, slot: CallSlot) -> None:
+        """Run one admitted call to its result (a timeout that cancelled the
+        tool propagates to the worker's scope, and ``timed_out`` answers it)."""
+        rt, report = self._rt, self._report
+        # A cancel may have landed before this call: never start a tool after it.
+        await trio.lowlevel.checkpoint_if_cancelled()
+        entry = slot.entry
+        assert entry is not None
+        slot.advance(State.ADMITTING)
+        slot.advance(State.RUNNING)
+        worker.slot, worker.blocked = slot, False
+        start = worker.start = trio.current_time()
+        if report.sinks:
+            report.call_event(CallStarted, slot.call, routing=slot.routing)
+        output: object = None
+        failure: ToolResult | None = None
+        rt.in_flight += 1
+        try:
+            tool = entry.factory()
+            if slot.backend is not None:  # a backend may read the context for any tool
+                running = slot.backend.run(tool, slot.arguments, _context(rt, slot, report))
+            elif getattr(tool, "reads_context", True):
+                running = tool.execute(slot.arguments, _context(rt, slot, report))
+            else:  # the tool says it never reads one: build none
+                running = tool.execute(slot.arguments, None)  # type: ignore[arg-type]
+            if type(running) is types.CoroutineType:
+                output = await _drive(running, worker)
+            else:  # some other awaitable: deadline first, as for a tool that blocks
+                worker.on_block()
+                output = await running
+        except ToolError as exc:
+            failure = error_result(slot, exc.error_class, exc.message, details=exc.details)
+        except Exception as exc:
+            failure = _crashed(slot, exc)
+        except BaseException as exc:  # SystemExit, GeneratorExit, ...: the tool failed
+            if _propagates(exc):
+                raise
+            failure = _crashed(slot, exc)
+        finally:
+            rt.in_flight -= 1
+        if worker.blocked and worker.scope.cancel_called:  # the tool outlived its deadline
+            failure = _timeout_result(slot)
+        slot.finish(_conclude(slot, output, failure, trio.current_time() - start))
+        if report.observed:
+            report.settle(slot)
+
+    def timed_out(self, worker: _Worker, slot: CallSlot) -> None:
+        """Answer the call whose deadline cancelled its tool."""
+        failure = _timeout_result(slot)
+        slot.finish(_conclude(slot, None, failure, trio.current_time() - worker.start))
+        if self._report.observed:
+            self._report.settle(slot)
+
+
+class _Worker:
+    """One worker of a ``Crew``: the borrower of its permit, and its current call."""
+
+    __slots__ = ("blocked", "crew", "scope", "slot", "start")
+
+    def __init__(self, crew: Crew) -> None:
+        self.crew = crew
+        self.scope = trio.CancelScope()
+        self.slot: CallSlot | None = None
+        self.start = 0.0
+        self.blocked = False  # whether the current call's tool reached a checkpoint
+
+    def on_block(self) -> None:
+        """The current call's tool blocks: give it its deadline, let the run go on."""
+        assert self.slot is not None
+        self.blocked = True
+        self.scope.deadline = self.start + _timeout(self.slot)
+        self.crew.hire()
+
+    async def work(self) -> None:
+        crew = self.crew
+        slots, limiter = crew._slots, crew._limiter
+        n = len(slots)
+        held = keep = False  # our permit; and whether nobody can have queued for it since
+        try:
+            while crew._next < n:
+                with trio.CancelScope() as scope:
+                    self.scope = scope
+                    while crew._next < n:
+                        if not held:
+                            try:
+                                limiter.acquire_on_behalf_of_nowait(self)
+                                keep = True
+                            except trio.WouldBlock:
+                                await limiter.acquire_on_behalf_of(self)
+                                keep = False
+                            held = True
+                            continue  # the other workers may have taken every call meanwhile
+                        slot = slots[crew._next]
+                        crew._next += 1
+                        await crew.call(self, slot)
+                        if self.blocked or not keep:
+                            limiter.release_on_behalf_of(self)
+                            held = False
+                            if self.blocked:
+                                if scope.cancel_called:
+                                    break  # a spent scope: open a fresh one
+                                scope.deadline = math.inf
+                slot = self.slot
+                if slot is not None and slot.state is not State.DONE:
+                    crew.timed_out(self, slot)  # our deadline cancelled it; the scope absorbed that
+                    limiter.release_on_behalf_of(self)
+                    held = False
+        finally:
+            if held:
+                limiter.release_on_behalf_of(self)
+
+
+@types.coroutine
+def _drive(coro: Coroutine[Any, Any, Any], worker: _Worker) -> Generator[Any, Any, Any]:
+    """Await ``coro`` in this task, calling ``worker.on_block()`` when it first blocks.
+
+    The first step runs here. If the coroutine finishes in it, it never
+    reached a checkpoint. Otherwise the trap it yielded goes on to trio
+    unchanged, after ``on_block``, and every later step is relayed exactly
+    as ``yield from`` would relay it.
+    """
+    try:
+        trap = coro.send(None)
+    except StopIteration as done:
+        return done.value
+    try:
+        worker.on_block()
+    except BaseException:
+        coro.close()
+        raise
+    while True:
+        try:
+            sent = yield trap
+        except GeneratorExit:
+            coro.close()
+            raise
+        except BaseException as exc:
+            try:
+                trap = coro.throw(exc)
+            except StopIteration as done:
+                return done.value
+        else:
+            try:
+                trap = coro.send(sent)
+            except StopIteration as done:
+                return done.value
+
+
+def _timeout(slot: CallSlot) -> float:
+    """The call's deadline in seconds: its tool's, tightened by its grant."""
+    assert slot.entry is not None
+    timeout = slot.entry.definition.effective_timeout
+    grant = slot.grant
+    if grant is not None and grant.timeout is not None and grant.timeout < timeout:
+        timeout = grant.timeout
+    return timeout
+
+
+def _timeout_result(slot: CallSlot) -> ToolResult:
+    return error_result(slot, ErrorClass.TIMEOUT, say.timed_out(slot.call.name, _timeout(slot)))
+
+
+def _context(rt: Runtime, slot: CallSlot, report: Reporter) -> ToolContext:
+    call = slot.call
+    return ToolContext(
+        call.id,
+        call.name,
+        rt.agent_path,
+        rt.session_id,
+        rt.workspace,
+        slot.grant or HOST_GRANT,
+        rt.grace_period,
+        executor=rt.executor,
+        services=rt.services,
+        emit=report.progress_emitter(call) if report.observed else _drop,
+        batch_id=report.batch_id,
+    )
 
 
 async def run_call(

@@ -88,6 +88,15 @@ class FunctionTool:
             value = await trio.to_thread.run_sync(lambda: self.fn(**kwargs), abandon_on_cancel=True)
         return _to_output(value, self.definition.name)
 
+    @property
+    def reads_context(self) -> bool:
+        """Whether ``execute`` reads its ``ctx`` (only if the function takes one).
+
+        When it does not, the executor skips building a ``ToolContext`` for
+        the call.
+        """
+        return self._ctx_param is not None
+
     def _typed(self, arguments: Mapping[str, Any]) -> Mapping[str, Any]:
         """The validated JSON arguments as the values the function declares."""
         kwargs = dict(arguments)
