@@ -226,7 +226,7 @@ class Crew:
       have cancelled it, and the worker goes straight on to the next call
       with the same permit (nobody can have queued for it meanwhile: no
       other task ran, and trio's ``nowait`` acquire never jumps a queue).
-    - When a tool first blocks (``_drive``), the worker sets the call's
+    - When a tool first blocks (``_call``), the worker sets the call's
       deadline on its cancel scope and hires one more worker if calls are
       left and the width allows, so the run goes on while this call waits,
       as it would with one task per call. After a call that blocked (or a
@@ -268,166 +268,161 @@ class Crew:
     async def run(self) -> None:
         """Run every call of the run to its result."""
         if self._width == 1:
-            await _Worker(self).work()
+            await self._work()
             return
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
-            await _Worker(self).work()
+            await self._work()
 
-    def hire(self) -> None:
+    def _hire(self) -> None:
         """A call blocked: start one more worker, if calls are left and the width allows."""
         self.blocked = True
         if self._hired < self._width and self._next < len(self._slots):
             assert self._nursery is not None
             self._hired += 1
-            self._nursery.start_soon(_Worker(self).work)
+            self._nursery.start_soon(self._work)
 
-    async def call(self, worker: _Worker, slot: CallSlot) -> None:
-        """Run one admitted call to its result (a timeout that cancelled the
-        tool propagates to the worker's scope, and ``timed_out`` answers it)."""
+    async def _work(self) -> None:
+        """One worker: take a permit, then a call, run it; until no call is left."""
+        slots, limiter = self._slots, self._limiter
+        n = len(slots)
+        me = trio.lowlevel.current_task()  # the permit's borrower
+        held = keep = False  # our permit; and whether nobody can have queued for it since
+        slot: CallSlot | None = None
+        try:
+            while self._next < n:
+                with trio.CancelScope() as scope:
+                    while self._next < n:
+                        if not held:
+                            try:
+                                limiter.acquire_on_behalf_of_nowait(me)
+                                keep = True
+                            except trio.WouldBlock:
+                                await limiter.acquire_on_behalf_of(me)
+                                keep = False
+                            held = True
+                            continue  # the other workers may have taken every call meanwhile
+                        slot = slots[self._next]
+                        self._next += 1
+                        # A cancel may have landed before this call: never start a tool after it.
+                        await trio.lowlevel.checkpoint_if_cancelled()
+                        if await self._call(slot, scope) or not keep:
+                            limiter.release_on_behalf_of(me)
+                            held = False
+                            if scope.deadline != math.inf:  # the call blocked
+                                if scope.cancel_called:
+                                    break  # a spent scope: open a fresh one
+                                scope.deadline = math.inf
+                if slot is not None and slot.state is not State.DONE:
+                    # Our deadline cancelled the tool, and the scope absorbed that.
+                    self._answer(slot, _timeout_result(slot), scope.deadline)
+                    limiter.release_on_behalf_of(me)
+                    held = False
+        finally:
+            if held:
+                limiter.release_on_behalf_of(me)
+
+    @types.coroutine
+    def _call(self, slot: CallSlot, scope: trio.CancelScope) -> Generator[Any, Any, bool]:
+        """Run one admitted call in this task to its result; whether its tool blocked.
+
+        The tool's first step runs here. If it finishes in it, it never
+        reached a checkpoint. Otherwise the call gets its deadline on
+        ``scope``, the crew hires, and the trap the tool yielded goes on to
+        trio unchanged, every later step relayed as ``yield from`` would.
+        A deadline that cancels the tool propagates to ``scope``; the worker
+        answers the call (its deadline is ``scope.deadline``).
+        """
         rt, report = self._rt, self._report
-        # A cancel may have landed before this call: never start a tool after it.
-        await trio.lowlevel.checkpoint_if_cancelled()
-        entry = slot.entry
-        assert entry is not None
-        slot.advance(State.ADMITTING)
-        slot.advance(State.RUNNING)
-        worker.slot, worker.blocked = slot, False
-        start = worker.start = trio.current_time()
-        if report.sinks:
-            report.call_event(CallStarted, slot.call, routing=slot.routing)
+        start = _begin(slot, report)
+        blocked = closing = False
         output: object = None
         failure: ToolResult | None = None
         rt.in_flight += 1
         try:
-            tool = entry.factory()
-            if slot.backend is not None:  # a backend may read the context for any tool
-                running = slot.backend.run(tool, slot.arguments, _context(rt, slot, report))
-            elif getattr(tool, "reads_context", True):
-                running = tool.execute(slot.arguments, _context(rt, slot, report))
-            else:  # the tool says it never reads one: build none
-                running = tool.execute(slot.arguments, None)  # type: ignore[arg-type]
-            if type(running) is types.CoroutineType:
-                output = await _drive(running, worker)
-            else:  # some other awaitable: deadline first, as for a tool that blocks
-                worker.on_block()
-                output = await running
-        except ToolError as exc:
-            failure = error_result(slot, exc.error_class, exc.message, details=exc.details)
-        except Exception as exc:
-            failure = _crashed(slot, exc)
-        except BaseException as exc:  # SystemExit, GeneratorExit, ...: the tool failed
-            if _propagates(exc):
+            running, convert = _open(rt, slot, report)
+            sent: object = None
+            thrown: BaseException | None = None
+            while True:
+                try:
+                    trap = running.send(sent) if thrown is None else running.throw(thrown)
+                except StopIteration as done:
+                    output = done.value if convert is None else convert(done.value)
+                    break
+                if not blocked:  # the first checkpoint: now the deadline matters
+                    blocked = True
+                    scope.deadline = start + _timeout(slot)
+                    self._hire()
+                try:
+                    sent, thrown = (yield trap), None
+                except GeneratorExit:  # this worker's coroutine is being closed
+                    closing = True
+                    running.close()
+                    raise
+                except BaseException as exc:
+                    sent, thrown = None, exc
+        except BaseException as exc:
+            if closing or _propagates(exc):
                 raise
-            failure = _crashed(slot, exc)
+            failure = _failed(slot, exc)
         finally:
             rt.in_flight -= 1
-        if worker.blocked and worker.scope.cancel_called:  # the tool outlived its deadline
+        if blocked and scope.cancel_called:  # the tool outlived its deadline
             failure = _timeout_result(slot)
         slot.finish(_conclude(slot, output, failure, trio.current_time() - start))
         if report.observed:
             report.settle(slot)
+        return blocked
 
-    def timed_out(self, worker: _Worker, slot: CallSlot) -> None:
-        """Answer the call whose deadline cancelled its tool."""
-        failure = _timeout_result(slot)
-        slot.finish(_conclude(slot, None, failure, trio.current_time() - worker.start))
+    def _answer(self, slot: CallSlot, failure: ToolResult, deadline: float) -> None:
+        """Answer a call that timed out (its tool started ``timeout`` before ``deadline``)."""
+        now = trio.current_time()
+        slot.finish(_conclude(slot, None, failure, now - (deadline - _timeout(slot))))
         if self._report.observed:
             self._report.settle(slot)
 
 
-class _Worker:
-    """One worker of a ``Crew``: the borrower of its permit, and its current call."""
+def _open(
+    rt: Runtime, slot: CallSlot, report: Reporter
+) -> tuple[Coroutine[Any, Any, Any], Callable[[Any], object] | None]:
+    """Start the call's tool: its coroutine, and what turns its value into output.
 
-    __slots__ = ("blocked", "crew", "scope", "slot", "start")
-
-    def __init__(self, crew: Crew) -> None:
-        self.crew = crew
-        self.scope = trio.CancelScope()
-        self.slot: CallSlot | None = None
-        self.start = 0.0
-        self.blocked = False  # whether the current call's tool reached a checkpoint
-
-    def on_block(self) -> None:
-        """The current call's tool blocks: give it its deadline, let the run go on."""
-        assert self.slot is not None
-        self.blocked = True
-        self.scope.deadline = self.start + _timeout(self.slot)
-        self.crew.hire()
-
-    async def work(self) -> None:
-        crew = self.crew
-        slots, limiter = crew._slots, crew._limiter
-        n = len(slots)
-        held = keep = False  # our permit; and whether nobody can have queued for it since
-        try:
-            while crew._next < n:
-                with trio.CancelScope() as scope:
-                    self.scope = scope
-                    while crew._next < n:
-                        if not held:
-                            try:
-                                limiter.acquire_on_behalf_of_nowait(self)
-                                keep = True
-                            except trio.WouldBlock:
-                                await limiter.acquire_on_behalf_of(self)
-                                keep = False
-                            held = True
-                            continue  # the other workers may have taken every call meanwhile
-                        slot = slots[crew._next]
-                        crew._next += 1
-                        await crew.call(self, slot)
-                        if self.blocked or not keep:
-                            limiter.release_on_behalf_of(self)
-                            held = False
-                            if self.blocked:
-                                if scope.cancel_called:
-                                    break  # a spent scope: open a fresh one
-                                scope.deadline = math.inf
-                slot = self.slot
-                if slot is not None and slot.state is not State.DONE:
-                    crew.timed_out(self, slot)  # our deadline cancelled it; the scope absorbed that
-                    limiter.release_on_behalf_of(self)
-                    held = False
-        finally:
-            if held:
-                limiter.release_on_behalf_of(self)
-
-
-@types.coroutine
-def _drive(coro: Coroutine[Any, Any, Any], worker: _Worker) -> Generator[Any, Any, Any]:
-    """Await ``coro`` in this task, calling ``worker.on_block()`` when it first blocks.
-
-    The first step runs here. If the coroutine finishes in it, it never
-    reached a checkpoint. Otherwise the trap it yielded goes on to trio
-    unchanged, after ``on_block``, and every later step is relayed exactly
-    as ``yield from`` would relay it.
+    A plain async function tool is called directly (``bare``), and its
+    arguments are handed over (the slot lets go of them); a tool that
+    declares it never reads its context gets none built.
     """
-    try:
-        trap = coro.send(None)
-    except StopIteration as done:
-        return done.value
-    try:
-        worker.on_block()
-    except BaseException:
-        coro.close()
-        raise
-    while True:
-        try:
-            sent = yield trap
-        except GeneratorExit:
-            coro.close()
-            raise
-        except BaseException as exc:
-            try:
-                trap = coro.throw(exc)
-            except StopIteration as done:
-                return done.value
-        else:
-            try:
-                trap = coro.send(sent)
-            except StopIteration as done:
-                return done.value
+    entry = slot.entry
+    assert entry is not None
+    tool = entry.factory()
+    arguments = slot.arguments
+    if slot.backend is not None:  # a backend may read the context for any tool
+        return slot.backend.run(tool, arguments, _context(rt, slot, report)), None
+    bare = getattr(tool, "bare", None)
+    if bare is not None:
+        slot.arguments = _HANDED_OVER
+        return bare(**arguments), tool.output  # type: ignore[attr-defined]
+    if getattr(tool, "reads_context", True):
+        return tool.execute(arguments, _context(rt, slot, report)), None
+    return tool.execute(arguments, None), None  # type: ignore[arg-type]
+
+
+_HANDED_OVER: dict[str, Any] = {}
+
+
+def _begin(slot: CallSlot, report: Reporter) -> float:
+    """Mark an admitted call running (telling the sinks, if any); its start time."""
+    slot.advance(State.ADMITTING)
+    slot.advance(State.RUNNING)
+    if report.sinks:
+        report.call_event(CallStarted, slot.call, routing=slot.routing)
+    return trio.current_time()
+
+
+def _failed(slot: CallSlot, exc: BaseException) -> ToolResult:
+    """The result for a tool that raised (``ToolError``: its own words)."""
+    if isinstance(exc, ToolError):
+        return error_result(slot, exc.error_class, exc.message, details=exc.details)
+    return _crashed(slot, exc)
 
 
 def _timeout(slot: CallSlot) -> float:
