@@ -227,9 +227,9 @@ class Crew:
       with the same permit (nobody can have queued for it meanwhile: no
       other task ran, and trio's ``nowait`` acquire never jumps a queue).
     - When a tool first blocks (``_call``), the worker sets the call's
-      deadline on its cancel scope and hires one more worker if calls are
-      left and the width allows, so the run goes on while this call waits,
-      as it would with one task per call. After a call that blocked (or a
+      deadline on its cancel scope and hires more workers if calls are left
+      and the width allows (``_hire``), so the run goes on while this call
+      waits, as it would with one task per call. After a call that blocked (or a
       permit that had to be waited for) the worker gives the permit back,
       so a waiter elsewhere in the tree gets it first, and takes one again
       before its next call. A deadline that fired spends the scope; the
@@ -243,6 +243,7 @@ class Crew:
     """
 
     __slots__ = (
+        "_coming",
         "_hired",
         "_limiter",
         "_next",
@@ -261,7 +262,8 @@ class Crew:
         serial = routing is RoutingClass.SERIAL_MUT
         self._width = 1 if serial else min(len(slots), int(self._limiter.total_tokens))
         self._next = 0  # the next call to take
-        self._hired = 1
+        self._hired = 1  # workers started, the batch's task included
+        self._coming = 0  # of them, those that have not run yet
         self._nursery: trio.Nursery | None = None
         self.blocked = False  # whether any call of the run reached a checkpoint
 
@@ -275,15 +277,29 @@ class Crew:
             await self._work()
 
     def _hire(self) -> None:
-        """A call blocked: start one more worker, if calls are left and the width allows."""
-        self.blocked = True
-        if self._hired < self._width and self._next < len(self._slots):
-            assert self._nursery is not None
-            self._hired += 1
-            self._nursery.start_soon(self._work)
+        """A call blocked: start a worker for every call no worker is about to take.
 
-    async def _work(self) -> None:
+        A tool that blocks says the run is I/O-bound: its calls should all be
+        waiting at once, as with one task per call, and hiring them all now
+        starts them in one scheduling round (hiring one per blocked call
+        took one round per call: a hundred 10 ms calls read 1.7 times the
+        naive floor's wall time). The width caps them; a worker that finds
+        no call left ends at once.
+        """
+        self.blocked = True
+        left = len(self._slots) - self._next - self._coming
+        more = min(self._width - self._hired, left)
+        if more > 0:
+            assert self._nursery is not None
+            self._hired += more
+            self._coming += more
+            for _ in range(more):
+                self._nursery.start_soon(self._work, True)
+
+    async def _work(self, hired: bool = False) -> None:
         """One worker: take a permit, then a call, run it; until no call is left."""
+        if hired:
+            self._coming -= 1
         slots, limiter = self._slots, self._limiter
         n = len(slots)
         me = trio.lowlevel.current_task()  # the permit's borrower
@@ -294,12 +310,7 @@ class Crew:
                 with trio.CancelScope() as scope:
                     while self._next < n:
                         if not held:
-                            try:
-                                limiter.acquire_on_behalf_of_nowait(me)
-                                keep = True
-                            except trio.WouldBlock:
-                                await limiter.acquire_on_behalf_of(me)
-                                keep = False
+                            keep = await _take_permit(limiter, me)
                             held = True
                             continue  # the other workers may have taken every call meanwhile
                         slot = slots[self._next]
@@ -407,6 +418,16 @@ def _open(
 
 
 _HANDED_OVER: dict[str, Any] = {}
+
+
+async def _take_permit(limiter: trio.CapacityLimiter, borrower: object) -> bool:
+    """Take a permit for ``borrower``; whether it came without waiting."""
+    try:
+        limiter.acquire_on_behalf_of_nowait(borrower)
+    except trio.WouldBlock:
+        await limiter.acquire_on_behalf_of(borrower)
+        return False
+    return True
 
 
 def _begin(slot: CallSlot, report: Reporter) -> float:
