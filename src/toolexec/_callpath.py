@@ -44,7 +44,7 @@ from ._tool import ToolContext, _drop
 from ._types import ErrorClass, JsonContent, RoutingClass, TextContent, ToolOutput, ToolResult
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Coroutine, Generator, Sequence
+    from collections.abc import Awaitable, Callable, Coroutine, Generator, Sequence
     from types import TracebackType
 
     from ._asking import Asker
@@ -243,6 +243,9 @@ class Crew:
     """
 
     __slots__ = (
+        "_arrived",
+        "_aside",
+        "_closed",
         "_coming",
         "_hired",
         "_limiter",
@@ -255,12 +258,26 @@ class Crew:
         "blocked",
     )
 
-    def __init__(self, rt: Runtime, slots: Sequence[CallSlot], report: Reporter) -> None:
+    def __init__(
+        self,
+        rt: Runtime,
+        slots: Sequence[CallSlot],
+        report: Reporter,
+        *,
+        routing: RoutingClass | None = None,
+        aside: Callable[[CallSlot], bool] | None = None,
+    ) -> None:
         self._rt, self._slots, self._report = rt, slots, report
-        routing = slots[0].routing
+        # An open run (``routing`` given) starts empty and grows (``offer``)
+        # until ``close``; ``aside`` picks its calls that go through ``run_call``.
+        self._closed = routing is None
+        self._aside = aside
+        routing = slots[0].routing if routing is None else routing
         self._limiter = rt.pools.by_class[routing]
         serial = routing is RoutingClass.SERIAL_MUT
-        self._width = 1 if serial else min(len(slots), int(self._limiter.total_tokens))
+        width = int(self._limiter.total_tokens)
+        self._width = 1 if serial else width if not self._closed else min(len(slots), width)
+        self._arrived = _ARRIVED
         self._next = 0  # the next call to take
         self._hired = 1  # workers started, the batch's task included
         self._coming = 0  # of them, those that have not run yet
@@ -301,37 +318,59 @@ class Crew:
         if hired:
             self._coming -= 1
         slots, limiter = self._slots, self._limiter
-        n = len(slots)
         me = trio.lowlevel.current_task()  # the permit's borrower
         held = keep = False  # our permit; and whether nobody can have queued for it since
-        slot: CallSlot | None = None
         try:
-            while self._next < n:
+            while await self._more(not hired):
                 with trio.CancelScope() as scope:
-                    while self._next < n:
+                    while self._next < len(slots):
                         if not held:
-                            keep = await _take_permit(limiter, me)
-                            held = True
+                            keep, held = await _take_permit(limiter, me), True
                             continue  # the other workers may have taken every call meanwhile
                         slot = slots[self._next]
                         self._next += 1
                         # A cancel may have landed before this call: never start a tool after it.
                         await trio.lowlevel.checkpoint_if_cancelled()
-                        if await self._call(slot, scope) or not keep:
-                            limiter.release_on_behalf_of(me)
-                            held = False
-                            if scope.deadline != math.inf:  # the call blocked
-                                if scope.cancel_called:
-                                    break  # a spent scope: open a fresh one
-                                scope.deadline = math.inf
-                if slot is not None and slot.state is not State.DONE:
-                    # Our deadline cancelled the tool, and the scope absorbed that.
-                    self._answer(slot, _timeout_result(slot), scope.deadline)
-                    limiter.release_on_behalf_of(me)
-                    held = False
+                        blocked = await self._take(slot, scope)
+                        if blocked or not keep:
+                            held = _give_back(limiter, me)
+                        if blocked and _spent(scope):
+                            break  # open a fresh scope
+                held = held and _give_back(limiter, me)  # hold no permit while idle
         finally:
             if held:
                 limiter.release_on_behalf_of(me)
+
+    async def _more(self, foreman: bool) -> bool:
+        """Whether calls are left to take; the foreman of an open run waits for them."""
+        while self._next >= len(self._slots):
+            if not foreman:
+                self._hired -= 1  # this worker ends: another may be hired for a later call
+                return False
+            if self._closed:
+                return False
+            self._arrived = trio.Event()
+            await self._arrived.wait()
+        return True
+
+    def offer(self) -> None:
+        """A call was appended to an open run: wake the foreman or hire for it."""
+        if not self._arrived.is_set():
+            self._arrived.set()
+        else:
+            self._hire()
+
+    def close(self) -> None:
+        """No more calls will join this run."""
+        self._closed = True
+        self._arrived.set()
+
+    def _take(self, slot: CallSlot, scope: trio.CancelScope) -> Awaitable[bool]:
+        """Run a call: here, or through ``run_call`` if it waits for a human or a tool cap."""
+        if self._aside is not None and self._aside(slot):
+            self._hire()
+            return _returns_true(run_call(self._rt, slot, self._report))
+        return self._call(slot, scope)
 
     @types.coroutine
     def _call(self, slot: CallSlot, scope: trio.CancelScope) -> Generator[Any, Any, bool]:
@@ -373,7 +412,7 @@ class Crew:
                 except BaseException as exc:
                     sent, thrown = None, exc
         except BaseException as exc:
-            if closing or _propagates(exc):
+            if closing or self._unwinds(exc, slot, scope, blocked, start):
                 raise
             failure = _failed(slot, exc)
         finally:
@@ -385,10 +424,29 @@ class Crew:
             report.settle(slot)
         return blocked
 
-    def _answer(self, slot: CallSlot, failure: ToolResult, deadline: float) -> None:
-        """Answer a call that timed out (its tool started ``timeout`` before ``deadline``)."""
-        now = trio.current_time()
-        slot.finish(_conclude(slot, None, failure, now - (deadline - _timeout(slot))))
+    def _unwinds(
+        self,
+        exc: BaseException,
+        slot: CallSlot,
+        scope: trio.CancelScope,
+        blocked: bool,
+        start: float,
+    ) -> bool:
+        """Whether ``exc`` out of a tool is ours to pass on, not its failure (``_propagates``).
+
+        A cancellation that our deadline caused answers the call here: the
+        worker's scope absorbs it (as a per-call scope would, even when an
+        enclosing scope was cancelled in the same instant).
+        """
+        if not _propagates(exc):
+            return False
+        if blocked and scope.cancel_called:
+            self._answer(slot, _timeout_result(slot), start)
+        return True
+
+    def _answer(self, slot: CallSlot, failure: ToolResult, start: float) -> None:
+        """Answer a call whose deadline cancelled its tool."""
+        slot.finish(_conclude(slot, None, failure, trio.current_time() - start))
         if self._report.observed:
             self._report.settle(slot)
 
@@ -418,6 +476,35 @@ def _open(
 
 
 _HANDED_OVER: dict[str, Any] = {}
+
+
+def _set_event() -> trio.Event:
+    event = trio.Event()
+    event.set()
+    return event
+
+
+_ARRIVED = _set_event()  # nobody waits for a call (a set event is never waited on)
+
+
+def _give_back(limiter: trio.CapacityLimiter, borrower: object) -> bool:
+    """Release ``borrower``'s permit; ``False``, for ``held``."""
+    limiter.release_on_behalf_of(borrower)
+    return False
+
+
+def _spent(scope: trio.CancelScope) -> bool:
+    """After a call that blocked: whether its deadline fired (the scope is spent);
+    if not, the scope's deadline is cleared for the next call."""
+    if scope.cancel_called:
+        return True
+    scope.deadline = math.inf
+    return False
+
+
+async def _returns_true(work: Awaitable[None]) -> bool:
+    await work
+    return True
 
 
 async def _take_permit(limiter: trio.CapacityLimiter, borrower: object) -> bool:
