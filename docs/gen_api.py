@@ -34,6 +34,7 @@ MODULES = {
     "toolexec.openapi": "OpenAPI tool sources (extra `openapi`)",
     "toolexec.otel": "OpenTelemetry spans (extra `otel`)",
     "toolexec.testing": "Test helpers",
+    "toolexec.streams": "Streaming admission from provider streams",
 }
 
 # Reading order within a module; a module without groups lists `__all__` in order,
@@ -169,7 +170,7 @@ agent loops and sub-agents, the workspace and the errors. Everything else
 lives in a public module named for its concern: `toolexec.events`,
 `toolexec.policy`, `toolexec.approval`, `toolexec.backends`, `toolexec.tools`,
 `toolexec.models`, `toolexec.formats`, `toolexec.mcp`, `toolexec.openapi`,
-`toolexec.otel`, `toolexec.aio` and `toolexec.testing`.
+`toolexec.otel`, `toolexec.aio`, `toolexec.testing` and `toolexec.streams`.
 Each name lives in exactly one module, the one shown in its `repr` and in
 tracebacks; the one exception is `toolexec.policy`, which also lists the
 root's policy basics (`ToolPolicy`, `AllowAll`, `Allow`, `Deny`, `Ask`) as

@@ -88,6 +88,7 @@ LAYERS: dict[str, str] = {
     **dict.fromkeys(
         ["formats", "_adapters", "mcp", "openapi", "otel", "aio", "testing"], "integrations"
     ),
+    **dict.fromkeys(["streams"], "integrations"),
     **dict.fromkeys(["_cli", "_cli_sources"], "cli"),
     # The public face: re-exports only.
     **dict.fromkeys(

@@ -42,6 +42,7 @@ PUBLIC = [
     "toolexec.openapi",
     "toolexec.otel",
     "toolexec.testing",
+    "toolexec.streams",
 ]
 # toolexec.policy lists the root's policy basics too, as the same objects.
 REEXPORTED = {"toolexec.policy": {"Allow", "AllowAll", "Ask", "Deny", "ToolPolicy"}}
