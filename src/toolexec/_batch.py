@@ -72,6 +72,10 @@ class Batch:
 
     Cancelling answers every call without a result ``cancelled`` and leaves
     no task running; ``run`` still returns normally with every result.
+
+    A streamed batch (``ToolExecutor.open_batch``) takes its calls through
+    ``add`` and ``close`` instead, before or while it runs; its ``plan`` is
+    complete once it is closed (or cancelled) and ``run`` has returned.
     """
 
     id: str
