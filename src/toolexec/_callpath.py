@@ -334,7 +334,7 @@ class Crew:
                         blocked = await self._take(slot, scope)
                         if blocked or not keep:
                             held = _give_back(limiter, me)
-                        if blocked and _spent(scope):
+                        if blocked and _spent(scope, self._next < len(slots)):
                             break  # open a fresh scope
                 held = held and _give_back(limiter, me)  # hold no permit while idle
         finally:
@@ -493,12 +493,13 @@ def _give_back(limiter: trio.CapacityLimiter, borrower: object) -> bool:
     return False
 
 
-def _spent(scope: trio.CancelScope) -> bool:
+def _spent(scope: trio.CancelScope, more: bool) -> bool:
     """After a call that blocked: whether its deadline fired (the scope is spent);
-    if not, the scope's deadline is cleared for the next call."""
+    if not, and ``more`` calls are left, the deadline is cleared for the next."""
     if scope.cancel_called:
         return True
-    scope.deadline = math.inf
+    if more:
+        scope.deadline = math.inf
     return False
 
 
