@@ -61,7 +61,7 @@ def calls(name: str, n: int, arguments: Any) -> list[ToolCall]:
 async def floor(n: int) -> float:
     limiter = trio.CapacityLimiter(n)
 
-    async def one(raw: str) -> None:
+    async def one(raw: Any) -> None:
         async with limiter:
             await wait_10ms(**json.loads(raw))
 

@@ -99,6 +99,11 @@ async def replay(executor: ToolExecutor, stream: int, rng: random.Random) -> lis
     return [STARTED[key] - at for key, at in fed.items()]
 
 
+async def call_tool(arguments: dict[str, Any]) -> None:
+    """The floor's task: the tool function itself, on parsed arguments."""
+    await lookup.fn(**arguments)
+
+
 async def replay_floor(stream: int, rng: random.Random) -> list[float]:
     """The same stream, each completed call started as a task of its own."""
     fed: dict[str, float] = {}
@@ -113,8 +118,7 @@ async def replay_floor(stream: int, rng: random.Random) -> list[float]:
                     arguments.get(event["index"], "") + event["delta"]["partial_json"]
                 )
             elif event["type"] == "content_block_stop" and event["index"]:
-                parsed = json.loads(arguments[event["index"]])
-                nursery.start_soon(lambda a=parsed: lookup.fn(**a))
+                nursery.start_soon(call_tool, json.loads(arguments[event["index"]]))
     return [STARTED[key] - at for key, at in fed.items()]
 
 
