@@ -19,6 +19,7 @@ import trio.testing
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from conftest import Scripted
 from toolexec import (
     Batched,
     ConcurrencyConfig,
@@ -82,6 +83,8 @@ def _run_both(
     gaps: list[int],
     strategy: Any,
     steer_after: int | None,
+    *,
+    gated: bool = False,
 ) -> tuple[Any, Any]:
     """The same calls planned whole, then streamed with ``gaps`` between them."""
 
@@ -95,9 +98,14 @@ def _run_both(
 
         executor = ToolExecutor(
             _store_registry(store, []),
-            ConcurrencyConfig(read_width=2, promoted={"bump"}),
+            ConcurrencyConfig(
+                read_width=2, promoted={"bump"}, per_tool={"get": 1} if gated else {}
+            ),
             strategy=strategy,
             steering=steering,
+            approver=Scripted(lambda request: request.tool_name != "bump", delay=1)
+            if gated
+            else None,
         )
         calls = [ToolCall(f"c{i}", name, json.dumps(args)) for i, (name, args) in enumerate(specs)]
         if not streamed:
@@ -140,6 +148,24 @@ def test_a_streamed_batch_gives_what_the_whole_batch_gives(
     assert _seen(streamed) == _seen(whole)
     assert streamed.plan == whole.plan
     assert streamed.steering_messages == whole.steering_messages
+    assert streamed_store == whole_store
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    specs=st.lists(CALL, max_size=6),
+    gaps=st.lists(st.integers(min_value=0, max_value=4), min_size=6, max_size=6),
+    steer_after=st.one_of(st.none(), st.integers(min_value=0, max_value=3)),
+)
+def test_streamed_calls_that_wait_for_a_human_or_a_tool_cap_agree_too(
+    specs: list[tuple[str, dict[str, Any]]], gaps: list[int], steer_after: int | None
+) -> None:
+    """Writes are approved after a tick (bumps refused); reads are capped at one."""
+    (whole, whole_store), (streamed, streamed_store) = _run_both(
+        specs, gaps, Parallel(), steer_after, gated=True
+    )
+    assert _seen(streamed) == _seen(whole)
+    assert streamed.plan == whole.plan
     assert streamed_store == whole_store
 
 

@@ -331,14 +331,13 @@ class Crew:
                         self._next += 1
                         # A cancel may have landed before this call: never start a tool after it.
                         await trio.lowlevel.checkpoint_if_cancelled()
-                        blocked = await self._take(slot, scope)
-                        if blocked or not keep:
-                            held = _give_back(limiter, me)
+                        blocked = await self._take(slot, scope, me)
+                        held = _still_held(limiter, me, blocked, keep)
                         if blocked and _spent(scope, self._next < len(slots)):
                             break  # open a fresh scope
                 held = held and _give_back(limiter, me)  # hold no permit while idle
         finally:
-            if held:
+            if held and me in limiter.statistics().borrowers:  # (not if an aside call's was)
                 limiter.release_on_behalf_of(me)
 
     async def _more(self, foreman: bool) -> bool:
@@ -365,11 +364,16 @@ class Crew:
         self._closed = True
         self._arrived.set()
 
-    def _take(self, slot: CallSlot, scope: trio.CancelScope) -> Awaitable[bool]:
-        """Run a call: here, or through ``run_call`` if it waits for a human or a tool cap."""
+    def _take(
+        self, slot: CallSlot, scope: trio.CancelScope, worker: object
+    ) -> Awaitable[bool | None]:
+        """Run a call: here, or through ``run_call`` if it waits for a human or a
+        tool cap; ``None`` then, the worker's permit having been given back first
+        (``run_call`` takes its own, in the fixed order, once approved)."""
         if self._aside is not None and self._aside(slot):
+            self._limiter.release_on_behalf_of(worker)
             self._hire()
-            return _returns_true(run_call(self._rt, slot, self._report))
+            return _aside(run_call(self._rt, slot, self._report))
         return self._call(slot, scope)
 
     @types.coroutine
@@ -503,8 +507,23 @@ def _spent(scope: trio.CancelScope, more: bool) -> bool:
     return False
 
 
-async def _returns_true(work: Awaitable[None]) -> bool:
+async def _aside(work: Awaitable[None]) -> None:
     await work
+
+
+def _still_held(
+    limiter: trio.CapacityLimiter, borrower: object, blocked: bool | None, keep: bool
+) -> bool:
+    """After a call: whether its worker still holds its permit.
+
+    It gives it back after a call that blocked, or if others may have queued
+    for it since it was taken; a call run aside gave it back before it ran.
+    """
+    if blocked is None:
+        return False
+    if blocked or not keep:
+        limiter.release_on_behalf_of(borrower)
+        return False
     return True
 
 
