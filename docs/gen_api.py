@@ -38,6 +38,7 @@ MODULES = {
     "toolexec.openai_agents": "OpenAI Agents SDK (extra `openai-agents`)",
     "toolexec.pydantic_ai": "pydantic-ai (extra `pydantic-ai`)",
     "toolexec.ipc": "Tools for agents in other processes (supervisor and runner)",
+    "toolexec.streams": "Streaming admission from provider streams",
 }
 
 # Reading order within a module; a module without groups lists `__all__` in order,
@@ -173,9 +174,9 @@ agent loops and sub-agents, the workspace and the errors. Everything else
 lives in a public module named for its concern: `toolexec.events`,
 `toolexec.policy`, `toolexec.approval`, `toolexec.backends`, `toolexec.tools`,
 `toolexec.models`, `toolexec.formats`, `toolexec.mcp`, `toolexec.openapi`,
-`toolexec.otel`, `toolexec.aio`, `toolexec.testing` and `toolexec.ipc`, and the
-framework adapters `toolexec.langgraph`, `toolexec.openai_agents` and
-`toolexec.pydantic_ai`.
+`toolexec.otel`, `toolexec.aio`, `toolexec.testing`, `toolexec.ipc` and
+`toolexec.streams`, and the framework adapters `toolexec.langgraph`,
+`toolexec.openai_agents` and `toolexec.pydantic_ai`.
 Each name lives in exactly one module, the one shown in its `repr` and in
 tracebacks; the one exception is `toolexec.policy`, which also lists the
 root's policy basics (`ToolPolicy`, `AllowAll`, `Allow`, `Deny`, `Ask`) as

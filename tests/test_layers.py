@@ -95,6 +95,7 @@ LAYERS: dict[str, str] = {
     **dict.fromkeys(["_ipc_protocol", "_ipc_supervisor", "_ipc_client"], "integrations"),
     **dict.fromkeys(["_ipc_cli"], "cli"),
     **dict.fromkeys(["ipc"], "api"),
+    **dict.fromkeys(["streams"], "integrations"),
     **dict.fromkeys(["_cli", "_cli_sources"], "cli"),
     # The public face: re-exports only.
     **dict.fromkeys(

@@ -46,6 +46,7 @@ PUBLIC = [
     "toolexec.openai_agents",
     "toolexec.pydantic_ai",
     "toolexec.ipc",
+    "toolexec.streams",
 ]
 # toolexec.policy lists the root's policy basics too, as the same objects.
 REEXPORTED = {"toolexec.policy": {"Allow", "AllowAll", "Ask", "Deny", "ToolPolicy"}}

@@ -8,7 +8,12 @@ inside the batch's cancel scope: a serial-mutator run (or a run of one call)
 is awaited call by call in emitted order; the calls of any other run start
 together in a nursery the batch owns. Steering is polled after every run;
 when it returns messages the calls not yet started are answered
-``skipped``. ``Batch.cancel`` cancels the scope: trio unwinds every task, the
+``skipped``. A streamed batch (``ToolExecutor.open_batch``) is planned call
+by call as ``add`` receives them, cut into the same runs by the same
+strategy (``ExecutionStrategy.place``), and runs each run as soon as it is
+known to be open: every earlier run has finished. The run's ``Crew`` takes
+its calls as they arrive, until the next run opens or ``close`` is called.
+``Batch.cancel`` cancels the scope: trio unwinds every task, the
 scope absorbs its own cancellation, and each call without a result is
 answered ``cancelled``. Cancellation from an enclosing scope is not ours to
 absorb; it propagates, and structured concurrency still leaves nothing
@@ -26,7 +31,7 @@ import attrs
 import trio
 
 from . import _messages as say
-from ._callpath import Turns, admit_in_order, may_wait, one_queue, run_call
+from ._callpath import Crew, Turns, admit_in_order, may_wait, one_queue, run_call
 from ._errors import bare_interrupt
 from ._events import BatchFinished, BatchPlanned, RunFinished, RunStarted
 from ._lifecycle import CallSlot, State, error_result
@@ -35,9 +40,9 @@ from ._types import ErrorClass, RoutingClass, ToolCall, ToolResult
 
 if TYPE_CHECKING:
     from ._callpath import Runtime
-    from ._plan import BatchPlan, RunPlan
+    from ._plan import BatchPlan, ExecutionStrategy, RunPlan
 
-__all__ = ["Batch", "BatchOutcome", "Steering"]
+__all__ = ["Batch", "BatchOutcome", "Steering", "Stream"]
 
 _log = logging.getLogger("toolexec")
 
@@ -67,6 +72,10 @@ class Batch:
 
     Cancelling answers every call without a result ``cancelled`` and leaves
     no task running; ``run`` still returns normally with every result.
+
+    A streamed batch (``ToolExecutor.open_batch``) takes its calls through
+    ``add`` and ``close`` instead, before or while it runs; its ``plan`` is
+    complete once it is closed (or cancelled) and ``run`` has returned.
     """
 
     id: str
@@ -76,8 +85,10 @@ class Batch:
     _steering: Steering | None = attrs.field(alias="steering", repr=False)
     _report: Reporter = attrs.field(init=False, repr=False)
     _scope: trio.CancelScope = attrs.field(factory=trio.CancelScope, init=False, repr=False)
+    _stream: Stream | None = attrs.field(default=None, alias="stream", repr=False)
     _cancelled: bool = attrs.field(default=False, init=False)
     _started: bool = attrs.field(default=False, init=False)
+    _finished: bool = attrs.field(default=False, init=False)
 
     def __attrs_post_init__(self) -> None:
         rt = self._runtime
@@ -87,6 +98,44 @@ class Batch:
         """Cancel the batch: unfinished calls get ``cancelled`` results."""
         self._cancelled = True
         self._scope.cancel()
+
+    def add(self, call: ToolCall) -> None:
+        """Add a call to a streamed batch (``ToolExecutor.open_batch``).
+
+        The call is planned at once and starts as soon as its run is open:
+        every call before it is known, and every earlier run has finished.
+        Call from the trio thread, before or while the batch runs.
+
+        Raises:
+            TypeError: ``call`` is not a ``ToolCall``.
+            RuntimeError: the batch was not opened for streaming, or it was
+                closed, or it has finished.
+        """
+        stream = self._stream
+        if not isinstance(call, ToolCall):
+            raise TypeError(f"Batch.add takes a ToolCall, got {call!r}")
+        if stream is None or stream.closed or self._finished:
+            why = "it was planned whole" if stream is None else "it was closed or has finished"
+            raise RuntimeError(
+                f"batch {self.id} takes no more calls: {why}; open a streamed batch with "
+                "ToolExecutor.open_batch() and add calls before close()"
+            )
+        slot = CallSlot(len(self._slots), call)
+        self._slots.append(slot)
+        stream.plan_call(slot)
+        if slot.state is State.DONE:  # answered at once; it splits no run
+            if self._started:
+                self._report.settle(slot)
+            return
+        stream.place(slot)
+
+    def close(self) -> None:
+        """End a streamed batch: no more calls. ``run`` returns once every call has its result.
+
+        Closing twice, or closing a batch planned whole, does nothing.
+        """
+        if self._stream is not None:
+            self._stream.close()
 
     @property
     def calls(self) -> list[ToolCall]:
@@ -113,14 +162,21 @@ class Batch:
         cancellers.add(self.cancel)
         messages: tuple[str, ...] = ()
         try:
-            self._report.emit(BatchPlanned, plan=self.plan)
-            for i in self.plan.short_circuited:
-                self._report.settle(self._slots[i])
-            with self._scope:
-                for run in self.plan.runs:
-                    await self._run(run)
-                    if steer is not None and (messages := await _poll(steer)):
-                        break
+            if self._stream is not None:
+                messages = await self._run_stream(self._stream, steer)
+            else:
+                self._report.emit(BatchPlanned, plan=self.plan)
+                for i in self.plan.short_circuited:
+                    self._report.settle(self._slots[i])
+                with self._scope:
+                    for run in self.plan.runs:
+                        if await self._run(run) and run is not self.plan.runs[-1]:
+                            # The run blocked, so other tasks ran meanwhile: let any
+                            # of them woken in the same instant (a cancel, say) act
+                            # before the next run starts, whatever trio's wake order.
+                            await trio.lowlevel.checkpoint()
+                        if steer is not None and (messages := await _poll(steer)):
+                            break
         except BaseException as exc:
             # An enclosing scope was cancelled (or KeyboardInterrupt): every task
             # has already ended. Record the unfinished calls as cancelled for the
@@ -137,16 +193,57 @@ class Batch:
             self._runtime.release_run()
         return self._finish(messages)
 
-    async def _run(self, run: RunPlan) -> None:
+    async def _run_stream(self, stream: Stream, steer: Steering | None) -> tuple[str, ...]:
+        """Run a streamed batch's runs as they open; what steering returned, if it fired."""
+        rt, report = self._runtime, self._report
+        for slot in self._slots:
+            if slot.state is State.DONE:
+                report.settle(slot)
+        messages: tuple[str, ...] = ()
+        with self._scope:
+            k = 0
+            while await stream.opened(k):
+                routing, slots = stream.runs[k][0], stream.slots[k]
+                ids = tuple(s.call.id for s in slots)
+                report.emit(RunStarted, index=k, routing=routing, call_ids=ids)
+                crew = stream.crew = Crew(rt, slots, report, routing=routing, aside=self._aside)
+                if stream.closed or k + 1 < len(stream.runs):
+                    crew.close()
+                await crew.run()
+                stream.crew = None
+                report.emit(RunFinished, index=k)
+                k += 1
+                if crew.blocked and (k < len(stream.runs) or not stream.closed):
+                    await trio.lowlevel.checkpoint()  # as between planned runs
+                if steer is not None and (messages := await _poll(steer)):
+                    break
+            while not stream.closed:  # steered: the calls still to come are skipped too
+                await stream.opened(len(stream.runs))
+        self.plan = stream.make_plan(self._slots)
+        report.emit(BatchPlanned, plan=self.plan)
+        return messages
+
+    def _aside(self, slot: CallSlot) -> bool:
+        """Whether a streamed call goes through ``run_call`` (a human, or a tool cap)."""
+        return slot.needs_approval is not None or slot.call.name in self._runtime.pools.per_tool
+
+    async def _run(self, run: RunPlan) -> bool:
+        """Run one run to its end; whether any of its calls blocked."""
         rt, report = self._runtime, self._report
         report.emit(RunStarted, index=run.index, routing=run.routing, call_ids=run.call_ids)
         slots = [self._slots[i] for i in run.call_indices]
-        if run.routing is RoutingClass.SERIAL_MUT or len(slots) == 1:
+        blocked = True
+        if one_queue(rt.pools, slots):
+            crew = Crew(rt, slots, report)
+            await crew.run()
+            blocked = crew.blocked
+        elif run.routing is RoutingClass.SERIAL_MUT or len(slots) == 1:
             for slot in slots:
                 await run_call(rt, slot, report)
         else:
             await self._run_together(slots)
         report.emit(RunFinished, index=run.index)
+        return blocked
 
     async def _run_together(self, slots: list[CallSlot]) -> None:
         """Start a run's calls together, admitted in emitted order where they wait."""
@@ -162,6 +259,9 @@ class Batch:
                 nursery.start_soon(run_call, rt, slot, report, turn)
 
     def _finish(self, messages: tuple[str, ...]) -> BatchOutcome:
+        self._finished = True
+        if self._stream is not None and self._cancelled:
+            self.plan = self._stream.make_plan(self._slots)
         for slot in self._slots:
             if slot.state is not State.DONE:
                 if self._cancelled or slot.started:
@@ -172,6 +272,56 @@ class Batch:
         results = tuple(s.result for s in self._slots if s.result is not None)
         self._report.emit(BatchFinished, steering_messages=messages, cancelled=self._cancelled)
         return BatchOutcome(results, self.plan, messages, self._cancelled)
+
+
+@attrs.define(eq=False)
+class Stream:
+    """The planning half of a streamed batch: its runs as they open, and the live one.
+
+    ``plan_call`` plans a call (the executor's planner), ``strategy`` places
+    it in a run and ``make_plan`` turns the calls into the batch's plan once
+    they are all known.
+    """
+
+    plan_call: Callable[[CallSlot], None]
+    strategy: ExecutionStrategy
+    make_plan: Callable[[Sequence[CallSlot]], BatchPlan]
+    runs: list[tuple[RoutingClass, list[int]]] = attrs.field(factory=list)
+    slots: list[list[CallSlot]] = attrs.field(factory=list)  # each run's calls
+    crew: Crew | None = None  # the crew running the last run, while it runs
+    closed: bool = False
+    _changed: trio.Event | None = None
+
+    def place(self, slot: CallSlot) -> None:
+        """Put a planned call in its run: the live one, or a new one (closing the live one)."""
+        if self.strategy.place(self.runs, slot.index, slot.routing):
+            self.slots.append([slot])
+            if self.crew is not None:
+                self.crew.close()
+            self._wake()
+        else:
+            self.slots[-1].append(slot)
+            if self.crew is not None:
+                self.crew.offer()
+
+    def close(self) -> None:
+        """No more calls."""
+        if not self.closed:
+            self.closed = True
+            if self.crew is not None:
+                self.crew.close()
+            self._wake()
+
+    async def opened(self, k: int) -> bool:
+        """Wait until run ``k`` opens (``True``) or the batch closes without it."""
+        while k >= len(self.runs) and not self.closed:
+            self._changed = trio.Event()
+            await self._changed.wait()
+        return k < len(self.runs)
+
+    def _wake(self) -> None:
+        if self._changed is not None:
+            self._changed.set()
 
 
 async def _poll(steering: Steering) -> tuple[str, ...]:

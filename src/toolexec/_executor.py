@@ -30,15 +30,16 @@ import attrs
 from ._approval import ApprovalConfig
 from ._asking import ApprovalMemory, Asker
 from ._backend import Backend
-from ._batch import Batch, BatchOutcome, Steering
+from ._batch import Batch, BatchOutcome, Steering, Stream
 from ._callpath import RunBinding, Runtime
-from ._lifecycle import CallSlot, State
+from ._lifecycle import CallSlot
 from ._limits import ConcurrencyConfig, ExecutorStatistics, Pools
 from ._plan import BatchPlan, ExecutionStrategy, Parallel, RunPlan
 from ._planning import Planner
 from ._policy import AllowAll, ToolPolicy
 from ._registry import ToolRegistry
 from ._tool import Services
+from ._types import RoutingClass
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -257,6 +258,34 @@ class ToolExecutor:
             self.steering,
         )
 
+    def open_batch(self) -> Batch:
+        """A batch that takes its calls as a model streams them.
+
+        ``add(call)`` each call as soon as it is complete, then ``close()``;
+        ``await run()`` may begin before the first call. A call starts as
+        soon as its run is open (every earlier run has finished), so tools
+        run while the model is still writing later calls. Results, their
+        order and steering are those of the same calls planned whole;
+        ``plan`` is complete once the batch is closed.
+
+        Example::
+
+            batch = executor.open_batch()
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(feed, batch)   # add(...) per call, then close()
+                outcome = await batch.run()
+        """
+        slots: list[CallSlot] = []
+        stream = Stream(self._planner.plan_call, self.strategy, self._plan)
+        return Batch(
+            f"{self.agent_path}:b{next(self._ids)}",
+            slots,
+            BatchPlan((), ()),
+            self._runtime,
+            self.steering,
+            stream=stream,
+        )
+
     def _plan(self, slots: Sequence[CallSlot]) -> BatchPlan:
         runs = [
             RunPlan(
@@ -268,7 +297,7 @@ class ToolExecutor:
             )
             for n, (routing, indices) in enumerate(self.strategy.cut([s.routing for s in slots]))
         ]
-        answered = [s for s in slots if s.state is State.DONE]
+        answered = [s for s in slots if s.routing is RoutingClass.SHORT_CIRCUIT]
         return BatchPlan(
             tuple(runs), tuple(s.index for s in answered), tuple(s.call.id for s in answered)
         )

@@ -112,6 +112,31 @@ class FunctionTool:
             arguments = self._typed(arguments)
         return _to_output(self.fn(**arguments), self.definition.name)
 
+    @property
+    def reads_context(self) -> bool:
+        """Whether ``execute`` reads its ``ctx`` (only if the function takes one).
+
+        When it does not, the executor skips building a ``ToolContext`` for
+        the call.
+        """
+        return self._ctx_param is not None
+
+    @property
+    def bare(self) -> Callable[..., Awaitable[Any]] | None:
+        """The async function itself, when a call is just ``await fn(**arguments)``.
+
+        That is an async function taking no context and no typed values; the
+        executor then awaits it directly and converts its value with
+        ``output``. ``None`` for any other function.
+        """
+        if self._is_async and self._ctx_param is None and not self._converters:
+            return self.fn
+        return None
+
+    def output(self, value: Any) -> ToolOutput:
+        """The tool output for a value the function returned."""
+        return _to_output(value, self.definition.name)
+
     def _typed(self, arguments: Mapping[str, Any]) -> Mapping[str, Any]:
         """The validated JSON arguments as the values the function declares."""
         kwargs = dict(arguments)

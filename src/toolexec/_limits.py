@@ -48,7 +48,12 @@ class ConcurrencyConfig:
 
     Args:
         read_width: how many read-only calls may run at once (shared by the
-            whole agent tree).
+            whole agent tree). The default, 128, lets an ordinary batch of
+            I/O-bound reads (a model sends up to about a hundred calls) all
+            wait at once, while holding the sockets a flood of network
+            reads can open well under the usual limit of 1024 descriptors;
+            file reads are bounded further by trio's worker threads (40).
+            The measurements: docs/performance.md, "The read width".
         concurrent_mut_width: how many concurrent-mutator calls may run at
             once per agent (recursive calls and promoted tools).
         serial_mut_width: how many default mutators may run at once across
@@ -58,7 +63,7 @@ class ConcurrencyConfig:
             with each other (they route as concurrent mutators).
     """
 
-    read_width: int = attrs.field(default=20, validator=_width)
+    read_width: int = attrs.field(default=128, validator=_width)
     concurrent_mut_width: int = attrs.field(default=10, validator=_width)
     serial_mut_width: int = attrs.field(default=1, validator=_width)
     per_tool: Mapping[str, int] = attrs.field(factory=dict, validator=_caps)

@@ -33,13 +33,25 @@ class ExecutionStrategy:
         """Cut call indices into runs of one routing class, in emitted order."""
         runs: list[tuple[RoutingClass, list[int]]] = []
         for i, route in enumerate(routes):
-            if route is RoutingClass.SHORT_CIRCUIT:
-                continue
-            if runs and runs[-1][0] is route and self._joins(len(runs[-1][1])):
-                runs[-1][1].append(i)
-            else:
-                runs.append((route, [i]))
+            self.place(runs, i, route)
         return runs
+
+    def place(
+        self, runs: list[tuple[RoutingClass, list[int]]], index: int, route: RoutingClass
+    ) -> bool:
+        """Put call ``index`` into ``runs`` (in place): join the last run or open one.
+
+        Returns whether it opened a new run. ``cut`` is ``place`` over a whole
+        batch; a streamed batch places its calls one by one as they come, so
+        both cut a batch into the same runs.
+        """
+        if route is RoutingClass.SHORT_CIRCUIT:
+            return False
+        if runs and runs[-1][0] is route and self._joins(len(runs[-1][1])):
+            runs[-1][1].append(index)
+            return False
+        runs.append((route, [index]))
+        return True
 
     def _joins(self, run_length: int) -> bool:
         return True

@@ -1,0 +1,164 @@
+"""Streaming admission: from a call's last streamed byte to its tool starting.
+
+Run: ``python benchmarks/bench_streaming.py [--quick]``. A recorded-style
+Anthropic stream is replayed in real time through ``AnthropicFeed`` into a
+streamed batch (``ToolExecutor.open_batch``): text deltas, then tool-use
+blocks whose JSON arguments arrive in several deltas, with gaps between
+events drawn from 2 to 30 ms (a model writing some 30 to 100 tokens a
+second), for read-only calls of a tool that waits 50 ms (so later calls
+arrive while earlier ones run). For every call it records the time from
+feeding the event that completes it (its ``content_block_stop``: the last
+byte the model streamed for it) to the tool's first line, and prints the
+median and the 90th percentile against the target (median <= 100 us), with
+the load average. The gap before an event is slept *before* the event is
+timed, so it never counts. Alongside, the same stream is replayed through a
+naive floor: at each call's last event, parse its JSON and start a task for
+the tool (``nursery.start_soon``), which is one scheduling round, the least
+any design that runs a tool in its own task can take.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import statistics
+import sys
+import time
+from typing import Any
+
+import trio
+
+from toolexec import SideEffects, ToolExecutor, ToolRegistry, function_tool
+from toolexec.streams import AnthropicFeed
+
+TARGET_US = 100.0
+CALLS_PER_STREAM = 12
+STARTED: dict[str, float] = {}
+
+
+@function_tool(side_effects=SideEffects.READ)
+async def lookup(key: str) -> str:
+    """Look a key up (50 ms of I/O)."""
+    STARTED[key] = time.perf_counter()
+    await trio.sleep(0.05)
+    return key
+
+
+def stream_events(stream: int, rng: random.Random) -> list[tuple[dict[str, Any], str | None]]:
+    """(event, key of the call it completes or None), in stream order."""
+    events: list[tuple[dict[str, Any], str | None]] = [
+        (
+            {
+                "type": "content_block_start",
+                "index": 0,
+                "content_block": {"type": "text", "text": ""},
+            },
+            None,
+        )
+    ]
+    events += [
+        (
+            {
+                "type": "content_block_delta",
+                "index": 0,
+                "delta": {"type": "text_delta", "text": "word "},
+            },
+            None,
+        )
+        for _ in range(5)
+    ]
+    events.append(({"type": "content_block_stop", "index": 0}, None))
+    for i in range(1, CALLS_PER_STREAM + 1):
+        key = f"s{stream}c{i}"
+        block = {"type": "tool_use", "id": f"toolu_{key}", "name": "lookup", "input": {}}
+        events.append(({"type": "content_block_start", "index": i, "content_block": block}, None))
+        text = json.dumps({"key": key})
+        cuts = sorted(rng.sample(range(1, len(text)), 3))
+        for a, b in zip([0, *cuts], [*cuts, len(text)], strict=True):
+            delta = {"type": "input_json_delta", "partial_json": text[a:b]}
+            events.append(({"type": "content_block_delta", "index": i, "delta": delta}, None))
+        events.append(({"type": "content_block_stop", "index": i}, key))
+    events.append(({"type": "message_stop"}, None))
+    return events
+
+
+async def replay(executor: ToolExecutor, stream: int, rng: random.Random) -> list[float]:
+    """Seconds from each call's last streamed event to its tool starting."""
+    fed: dict[str, float] = {}
+    batch = executor.open_batch()
+    feed = AnthropicFeed(batch)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(batch.run)
+        for event, completes in stream_events(stream, rng):
+            await trio.sleep(rng.uniform(0.002, 0.03))
+            if completes is not None:
+                fed[completes] = time.perf_counter()
+            feed.feed(event)
+    return [STARTED[key] - at for key, at in fed.items()]
+
+
+async def call_tool(arguments: dict[str, Any]) -> None:
+    """The floor's task: the tool function itself, on parsed arguments."""
+    await lookup.fn(**arguments)
+
+
+async def replay_floor(stream: int, rng: random.Random) -> list[float]:
+    """The same stream, each completed call started as a task of its own."""
+    fed: dict[str, float] = {}
+    arguments: dict[int, str] = {}
+    async with trio.open_nursery() as nursery:
+        for event, completes in stream_events(stream, rng):
+            await trio.sleep(rng.uniform(0.002, 0.03))
+            if completes is not None:
+                fed[completes] = time.perf_counter()
+            if event["type"] == "content_block_delta" and event["index"]:
+                arguments[event["index"]] = (
+                    arguments.get(event["index"], "") + event["delta"]["partial_json"]
+                )
+            elif event["type"] == "content_block_stop" and event["index"]:
+                nursery.start_soon(call_tool, json.loads(arguments[event["index"]]))
+    return [STARTED[key] - at for key, at in fed.items()]
+
+
+def load() -> str:
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+async def main(streams: int) -> None:
+    registry = ToolRegistry()
+    registry.register(lookup)
+    executor = ToolExecutor(registry)
+    rng = random.Random(7)
+    print(f"streaming admission: {streams} streams of {CALLS_PER_STREAM} calls, Anthropic events")
+    print(
+        f"python {sys.version.split()[0]}, trio {trio.__version__}; load average before: {load()}"
+    )
+    await replay(executor, -1, rng)  # warm up
+    delays: list[float] = []
+    floor: list[float] = []
+    for stream in range(streams):  # alternate, so that load drift hits both alike
+        delays += await replay(executor, stream, rng)
+        floor += await replay_floor(stream, rng)
+    for label, samples in (("toolexec", delays), ("floor", floor)):
+        us = sorted(d * 1e6 for d in samples)
+        median = statistics.median(us)
+        p90 = us[int(len(us) * 0.9)]
+        verdict = "met" if median <= TARGET_US else "MISSED"
+        target = (
+            f"  (target median <= {TARGET_US:.0f} us: {verdict})" if label == "toolexec" else ""
+        )
+        print(
+            f"{label:<8} last streamed byte -> tool start, {len(us)} calls: median {median:.0f}"
+            f" us, p90 {p90:.0f} us, max {us[-1]:.0f} us{target}"
+        )
+    print(f"ratio of medians: {statistics.median(delays) / statistics.median(floor):.2f}x")
+    print(f"load average after: {load()}")
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="3 streams instead of 10")
+    args = parser.parse_args()
+    trio.run(main, 3 if args.quick else 10)

@@ -1,0 +1,103 @@
+"""The run path's shape: what a run of calls costs in tasks, and deadlines under it.
+
+A run's calls are taken in order by at most ``min(N, width)`` workers, the
+batch's own task first; a tool that returns without blocking costs no task,
+and a call's deadline starts when the call does (not when its run did).
+Tasks are counted with a trio instrument; time is a mock clock.
+"""
+
+from __future__ import annotations
+
+import trio
+import trio.testing
+from trio.abc import Instrument
+
+from toolexec import (
+    ConcurrencyConfig,
+    ErrorClass,
+    SideEffects,
+    ToolCall,
+    ToolExecutor,
+    ToolRegistry,
+    function_tool,
+)
+
+
+class SpawnCounter(Instrument):
+    def __init__(self) -> None:
+        self.spawned = 0
+
+    def task_spawned(self, task: trio.lowlevel.Task) -> None:
+        self.spawned += 1
+
+
+@function_tool(side_effects=SideEffects.READ)
+async def instant(n: int) -> str:
+    """Return at once."""
+    return str(n)
+
+
+@function_tool(side_effects=SideEffects.READ, timeout=5.0)
+async def wait(seconds: float) -> str:
+    """Wait, then answer."""
+    await trio.sleep(seconds)
+    return f"waited {seconds}"
+
+
+def _executor(width: int = 128) -> ToolExecutor:
+    registry = ToolRegistry()
+    registry.register(instant)
+    registry.register(wait)
+    return ToolExecutor(registry, ConcurrencyConfig(read_width=width))
+
+
+async def _count_spawns(executor: ToolExecutor, calls: list[ToolCall]) -> tuple[int, list[str]]:
+    counter = SpawnCounter()
+    trio.lowlevel.add_instrument(counter)
+    try:
+        outcome = await executor.execute_batch(calls)
+    finally:
+        trio.lowlevel.remove_instrument(counter)
+    return counter.spawned, [r.text for r in outcome.results]
+
+
+async def test_calls_that_never_block_cost_no_task() -> None:
+    calls = [ToolCall(str(i), "instant", f'{{"n": {i}}}') for i in range(100)]
+    spawned, texts = await _count_spawns(_executor(), calls)
+    assert spawned == 0
+    assert texts == [str(i) for i in range(100)]
+
+
+async def test_blocking_calls_get_at_most_one_worker_each_within_the_width(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    calls = [ToolCall(str(i), "wait", {"seconds": 1}) for i in range(10)]
+    spawned, _ = await _count_spawns(_executor(width=4), calls)
+    assert spawned == 3  # the batch's task is the fourth worker
+    start = trio.current_time()
+    spawned, _ = await _count_spawns(_executor(width=128), calls)
+    assert spawned == 9
+    assert trio.current_time() - start == 1  # all ten waited at once
+
+
+async def test_a_call_that_waited_for_a_permit_gets_its_whole_timeout(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """Width 1: the second call starts at t=4; its 5 s deadline runs from then."""
+    calls = [ToolCall("a", "wait", {"seconds": 4}), ToolCall("b", "wait", {"seconds": 4})]
+    outcome = await _executor(width=1).execute_batch(calls)
+    assert [r.text for r in outcome.results] == ["waited 4", "waited 4"]
+
+
+async def test_after_a_timeout_the_worker_goes_on_with_a_fresh_deadline(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    calls = [
+        ToolCall("a", "wait", {"seconds": 9}),
+        ToolCall("b", "instant", {"n": 1}),
+        ToolCall("c", "wait", {"seconds": 4.5}),
+    ]
+    outcome = await _executor(width=1).execute_batch(calls)
+    assert [r.error_class for r in outcome.results] == [ErrorClass.TIMEOUT, None, None]
+    assert outcome.results[0].duration == 5.0
+    assert outcome.results[2].text == "waited 4.5"

@@ -1,0 +1,231 @@
+"""Streamed batches: calls added as a model writes them give what the whole batch gives.
+
+A streamed batch (``ToolExecutor.open_batch``) plans each call as it is
+added and starts it once its run is open. The property below replays random
+batches (reads, serial writes, promoted writes, short-circuits; JSON text
+arguments; random gaps between calls) both ways on a mock clock and
+compares results, order, plans and steering. The other tests pin down when
+calls start, what a closed batch refuses, and cancellation.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+import trio
+import trio.testing
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from conftest import Scripted
+from toolexec import (
+    Batched,
+    ConcurrencyConfig,
+    ErrorClass,
+    Parallel,
+    Sequential,
+    SideEffects,
+    ToolCall,
+    ToolExecutor,
+    ToolRegistry,
+    function_tool,
+)
+
+
+def _store_registry(store: dict[str, int], log: list[str]) -> ToolRegistry:
+    registry = ToolRegistry()
+
+    @function_tool(side_effects=SideEffects.READ)
+    async def get(key: str, wait: int = 0) -> str:
+        """Read a key after ``wait`` ticks."""
+        log.append(f"start get {key}")
+        await trio.sleep(wait)
+        return f"{key}={store.get(key)}"
+
+    @function_tool(side_effects=SideEffects.WRITE)
+    async def put(key: str, value: int, wait: int = 0) -> str:
+        """Write a key after ``wait`` ticks."""
+        log.append(f"start put {key}")
+        await trio.sleep(wait)
+        store[key] = value
+        return f"{key}:={value}"
+
+    @function_tool(side_effects=SideEffects.WRITE)
+    async def bump(key: str, wait: int = 0) -> str:
+        """Add one to a key (promoted: runs concurrently with other bumps)."""
+        await trio.sleep(wait)
+        store[key] = store.get(key, 0) + 1
+        return f"{key}+1"
+
+    for tool in (get, put, bump):
+        registry.register(tool)
+    return registry
+
+
+KEYS = st.sampled_from(["a", "b"])
+WAITS = st.integers(min_value=0, max_value=3)
+CALL: st.SearchStrategy[tuple[str, dict[str, Any]]] = st.one_of(
+    st.builds(lambda k, w: ("get", {"key": k, "wait": w}), KEYS, WAITS),
+    st.builds(
+        lambda k, v, w: ("put", {"key": k, "value": v, "wait": w}), KEYS, st.integers(0, 9), WAITS
+    ),
+    st.builds(lambda k, w: ("bump", {"key": k, "wait": w}), KEYS, WAITS),
+    st.just(("nope", {})),  # not found: answered at once
+    st.just(("get", {"key": 3})),  # invalid: answered at once
+)
+STRATEGY = st.sampled_from([Parallel(), Sequential(), Batched(2)])
+
+
+def _run_both(
+    specs: list[tuple[str, dict[str, Any]]],
+    gaps: list[int],
+    strategy: Any,
+    steer_after: int | None,
+    *,
+    gated: bool = False,
+) -> tuple[Any, Any]:
+    """The same calls planned whole, then streamed with ``gaps`` between them."""
+
+    async def once(streamed: bool) -> Any:
+        store: dict[str, int] = {}
+        polls = [0]
+
+        def steering() -> list[str] | None:
+            polls[0] += 1
+            return ["stop"] if steer_after is not None and polls[0] > steer_after else None
+
+        executor = ToolExecutor(
+            _store_registry(store, []),
+            ConcurrencyConfig(
+                read_width=2, promoted={"bump"}, per_tool={"get": 1} if gated else {}
+            ),
+            strategy=strategy,
+            steering=steering,
+            approver=Scripted(lambda request: request.tool_name != "bump", delay=1)
+            if gated
+            else None,
+        )
+        calls = [ToolCall(f"c{i}", name, json.dumps(args)) for i, (name, args) in enumerate(specs)]
+        if not streamed:
+            outcome = await executor.execute_batch(calls)
+            return outcome, dict(store)
+        batch = executor.open_batch()
+
+        async def feed() -> None:
+            for call, gap in zip(calls, gaps, strict=False):
+                await trio.sleep(gap)
+                batch.add(call)
+            batch.close()
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(feed)
+            outcome = await batch.run()
+        return outcome, dict(store)
+
+    def run(streamed: bool) -> Any:
+        return trio.run(once, streamed, clock=trio.testing.MockClock(autojump_threshold=0))
+
+    return run(False), run(True)
+
+
+def _seen(outcome: Any) -> list[tuple[str, str, bool, ErrorClass | None]]:
+    return [(r.call_id, r.text, r.is_error, r.error_class) for r in outcome.results]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    specs=st.lists(CALL, max_size=8),
+    gaps=st.lists(st.integers(min_value=0, max_value=4), min_size=8, max_size=8),
+    strategy=STRATEGY,
+    steer_after=st.one_of(st.none(), st.integers(min_value=0, max_value=4)),
+)
+def test_a_streamed_batch_gives_what_the_whole_batch_gives(
+    specs: list[tuple[str, dict[str, Any]]], gaps: list[int], strategy: Any, steer_after: int | None
+) -> None:
+    (whole, whole_store), (streamed, streamed_store) = _run_both(specs, gaps, strategy, steer_after)
+    assert _seen(streamed) == _seen(whole)
+    assert streamed.plan == whole.plan
+    assert streamed.steering_messages == whole.steering_messages
+    assert streamed_store == whole_store
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    specs=st.lists(CALL, max_size=6),
+    gaps=st.lists(st.integers(min_value=0, max_value=4), min_size=6, max_size=6),
+    steer_after=st.one_of(st.none(), st.integers(min_value=0, max_value=3)),
+)
+def test_streamed_calls_that_wait_for_a_human_or_a_tool_cap_agree_too(
+    specs: list[tuple[str, dict[str, Any]]], gaps: list[int], steer_after: int | None
+) -> None:
+    """Writes are approved after a tick (bumps refused); reads are capped at one."""
+    (whole, whole_store), (streamed, streamed_store) = _run_both(
+        specs, gaps, Parallel(), steer_after, gated=True
+    )
+    assert _seen(streamed) == _seen(whole)
+    assert streamed.plan == whole.plan
+    assert streamed_store == whole_store
+
+
+async def test_a_call_starts_as_soon_as_its_run_is_open(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """Reads start while later calls are still being written; a write waits for its run."""
+    log: list[str] = []
+    executor = ToolExecutor(_store_registry({}, log))
+    batch = executor.open_batch()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(batch.run)
+        batch.add(ToolCall("1", "get", {"key": "a", "wait": 5}))
+        await trio.testing.wait_all_tasks_blocked()
+        assert log == ["start get a"]  # started before the model wrote the next call
+        batch.add(ToolCall("2", "get", {"key": "b", "wait": 5}))
+        await trio.testing.wait_all_tasks_blocked()
+        assert log == ["start get a", "start get b"]  # same run: starts at once
+        batch.add(ToolCall("3", "put", {"key": "a", "value": 1}))
+        await trio.testing.wait_all_tasks_blocked()
+        assert log == ["start get a", "start get b"]  # a new run: waits for the reads
+        await trio.sleep(5)
+        await trio.testing.wait_all_tasks_blocked()
+        assert log[-1] == "start put a"
+        batch.close()
+
+
+async def test_a_closed_or_whole_batch_refuses_calls() -> None:
+    executor = ToolExecutor(_store_registry({}, []))
+    whole = executor.prepare([])
+    with pytest.raises(RuntimeError, match="planned whole"):
+        whole.add(ToolCall("1", "get", {"key": "a"}))
+    streamed = executor.open_batch()
+    with pytest.raises(TypeError, match="takes a ToolCall"):
+        streamed.add({"id": "1"})  # type: ignore[arg-type]
+    streamed.close()
+    streamed.close()  # closing twice does nothing
+    with pytest.raises(RuntimeError, match="closed or has finished"):
+        streamed.add(ToolCall("1", "get", {"key": "a"}))
+    outcome = await streamed.run()
+    assert outcome.results == ()
+
+
+async def test_cancelling_a_streamed_batch_answers_every_call_added(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    executor = ToolExecutor(_store_registry({}, []))
+    batch = executor.open_batch()
+    async with trio.open_nursery() as nursery:
+
+        async def feed() -> None:
+            batch.add(ToolCall("1", "get", {"key": "a", "wait": 10}))
+            batch.add(ToolCall("2", "put", {"key": "a", "value": 1}))
+            await trio.sleep(1)
+            batch.cancel()
+
+        nursery.start_soon(feed)
+        outcome = await batch.run()
+    assert [r.error_class for r in outcome.results] == [ErrorClass.CANCELLED] * 2
+    assert outcome.cancelled
+    assert [run.call_ids for run in outcome.plan.runs] == [("1",), ("2",)]
+    with pytest.raises(RuntimeError, match="closed or has finished"):
+        batch.add(ToolCall("3", "get", {"key": "a"}))
