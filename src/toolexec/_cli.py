@@ -54,6 +54,7 @@ from ._events import (
 from ._executor import ToolExecutor
 from ._policy import AllowAll
 from ._registry import ToolRegistry
+from ._remote_cli import add_serve_options, serve_command
 from ._rules import RulePolicy
 from ._trace import TraceRecorder
 from ._workspace import Workspace
@@ -143,6 +144,21 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--quiet", "-q", action="store_true", help="print no plan or progress on stderr"
     )
+    serve = commands.add_parser(
+        "serve",
+        help="serve tools to other toolexec hosts",
+        description=(
+            "Serve the given tools to toolexec hosts until interrupted. With --http, a "
+            "RemoteBackend on another host sends calls over HTTP (see docs/scale-out.md)."
+        ),
+    )
+    transport = serve.add_mutually_exclusive_group(required=True)
+    transport.add_argument(
+        "--http",
+        metavar="HOST:PORT",
+        help="listen for RemoteBackend calls on HOST:PORT (port 0: a free port, printed)",
+    )
+    add_serve_options(serve)
     tools = commands.add_parser(
         "tools",
         help="print the built-in tools as a provider's 'tools' request parameter",
@@ -398,6 +414,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "tools":
             output = _tools(args)
+        elif args.command == "serve":
+            return serve_command(args, _load_policy(args.policy)[0], stdout, stderr)
         else:
             output = trio.run(_exec, _load_job(args), args, stdin, stderr)
     except UsageError as exc:

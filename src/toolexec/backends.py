@@ -6,6 +6,10 @@ name (``ToolExecutor(..., backends={"box": MyBackend()})``), or runs it on
 the host. Admission, order, deadlines and the one-result rule stay with the
 executor, whatever the backend.
 
+``RemoteBackend`` sends calls over HTTP to a worker serving the same tools
+(``toolexec serve --http HOST:PORT``, or ``serve_worker`` in a trio
+program); both need the ``remote`` extra (``pip install 'toolexec[remote]'``).
+
 Example::
 
     from toolexec.backends import Backend
@@ -22,7 +26,9 @@ from __future__ import annotations
 
 from ._backend import Backend, HostBackend
 from ._public import fixup_module_metadata as _fixup_module_metadata
+from ._remote import RemoteBackend
+from ._remote_worker import serve_worker
 
-__all__ = ["Backend", "HostBackend"]
+__all__ = ["Backend", "HostBackend", "RemoteBackend", "serve_worker"]
 
 _fixup_module_metadata(__name__, __all__)
