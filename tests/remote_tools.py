@@ -15,7 +15,7 @@ from pathlib import Path
 
 import trio
 
-from toolexec import SideEffects, ToolContext, function_tool
+from toolexec import SideEffects, ToolContext, ToolOutput, function_tool
 
 STORE: dict[str, str] = {}
 ACTIVE: set[str] = set()
@@ -71,6 +71,7 @@ async def put(key: str, value: str, ctx: ToolContext) -> str:
     ACTIVE.add(ctx.call_id)
     try:
         ctx.report_progress(f"writing {key}")
+        ctx.update(ToolOutput.text(f"about to write {key}", key=key))
         await trio.lowlevel.checkpoint()
         STORE[key] = value
         return f"{key}={value}; running beside it: {others or 'nothing'}"

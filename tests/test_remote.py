@@ -7,8 +7,10 @@ routes every call to it with a policy granting ``sandbox="remote"``.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
+import socket
 import subprocess
 import sys
 from contextlib import asynccontextmanager
@@ -17,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import attrs
+import httpx2
 import pytest
 import trio
 
@@ -25,15 +28,18 @@ from toolexec import (
     Allow,
     ConcurrencyConfig,
     ErrorClass,
+    TextContent,
     ToolCall,
     ToolDefinition,
     ToolExecutor,
     ToolRegistry,
     ToolResult,
 )
+from toolexec._cli import main
 from toolexec._process import open_group_process, reap
-from toolexec.backends import RemoteBackend
-from toolexec.events import CallbackSink, CallProgress, Event
+from toolexec._remote_wire import CallRequest, decode_output, parse_line
+from toolexec.backends import RemoteBackend, serve_worker
+from toolexec.events import CallbackSink, CallProgress, CallUpdate, Event
 from toolexec.policy import ExecutionGrant
 
 if TYPE_CHECKING:
@@ -138,6 +144,11 @@ async def test_a_mixed_batch_gives_the_hosts_results_order_and_caps(tmp_path: Pa
     def seen(event: Event) -> None:
         if isinstance(event, CallProgress):
             progress.append(f"{event.call_id}: {event.message}")
+        elif isinstance(event, CallUpdate):
+            [block] = event.partial.content
+            assert isinstance(block, TextContent)
+            assert event.partial.details == {"key": block.text[-1]}
+            progress.append(f"{event.call_id}: {block.text}")
 
     async with worker(tmp_path) as w, RemoteBackend(w.url, token=TOKEN) as remote:
         executor = ToolExecutor(
@@ -165,24 +176,47 @@ async def test_a_mixed_batch_gives_the_hosts_results_order_and_caps(tmp_path: Pa
         r.details.get("worker") == w.url for r in outcome.results if r.call_id in ("c0", "c1")
     )
     # Progress streamed back from the worker, for each write.
-    assert progress == ["c0: writing a", "c4: writing a", "c5: writing b", "c12: writing a"]
+    assert progress == [
+        f"{cid}: {what} {key}"
+        for cid, key in (("c0", "a"), ("c4", "a"), ("c5", "b"), ("c12", "a"))
+        for what in ("writing", "about to write")
+    ]
     assert log.count(") started") == 12  # c10 and c11 never left the host
 
 
-async def test_a_bad_token_is_refused(tmp_path: Path) -> None:
-    async with worker(tmp_path) as w, RemoteBackend(w.url, token="x" * 32) as remote:
-        executor = ToolExecutor(registry(), policy=remote_policy(), backends={"remote": remote})
-        with trio.fail_after(GUARD):
-            outcome = await executor.execute_batch(
-                [ToolCall("c0", "put", {"key": "k", "value": "v"})]
-            )
+async def test_a_bad_token_is_refused_and_the_worker_applies_its_own_policy(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "token").write_text(TOKEN + "\n")
+    (tmp_path / "worker.toml").write_text(
+        '[[rules]]\naction = "deny"\ntool = "put"\nreason = "this worker only reads"\n'
+    )
+    extra = ("--token-file", "token", "--policy", "worker.toml")
+    calls = [ToolCall("c0", "put", {"key": "k", "value": "v"}), ToolCall("c1", "get", {"key": "k"})]
+    async with worker(tmp_path, *extra, token="") as w:
+        outcomes = []
+        for token in ("x" * 32, TOKEN):
+            async with RemoteBackend(w.url, token=token) as remote:
+                executor = ToolExecutor(
+                    registry(), policy=remote_policy(), backends={"remote": remote}
+                )
+                with trio.fail_after(GUARD):
+                    outcomes.append(await executor.execute_batch(calls))
         log = w.log_text()
-    [result] = outcome.results
-    assert result.error_class is ErrorClass.PERMISSION_DENIED
-    assert f"remote worker {w.url} refused the token" in result.text
-    assert "refused POST /v1/calls from 127.0.0.1" in log
-    assert "bad or missing token" in log
-    assert "started" not in log
+    refused, served = outcomes
+    for result in refused.results:
+        assert result.error_class is ErrorClass.PERMISSION_DENIED
+        assert f"remote worker {w.url} refused the token" in result.text
+    refusals = [
+        line for line in log.splitlines() if "refused POST /v1/calls from 127.0.0.1:" in line
+    ]
+    assert len(refusals) == 2
+    assert all(line.endswith(": bad or missing token") for line in refusals)
+    # With the right token, the worker's own policy still refuses the write.
+    put, get = served.results
+    assert put.error_class is ErrorClass.PERMISSION_DENIED
+    assert "this worker only reads" in put.text
+    assert (get.text, get.is_error) == ("<unset>", False)
 
 
 async def test_a_host_cancel_stops_the_call_on_the_worker(tmp_path: Path) -> None:
@@ -327,3 +361,177 @@ async def test_a_silent_worker_hits_the_read_deadline(
     [result] = outcome.results
     assert result.error_class is ErrorClass.TIMEOUT
     assert f"remote worker {url} sent nothing for 3s" in result.text
+
+
+# -- the worker's service, in this process ------------------------------------------
+
+
+@asynccontextmanager
+async def in_process_worker(**options: Any) -> AsyncIterator[str]:
+    async with trio.open_nursery() as nursery:
+        url = await nursery.start(partial(serve_worker, registry(), token=TOKEN, **options))
+        yield url
+        nursery.cancel_scope.cancel()
+
+
+def _body(request_id: str = "r1", **fields: Any) -> bytes:
+    return CallRequest(
+        request_id, "c0", fields.pop("tool", "get"), fields.pop("arguments", {"key": "a"}), **fields
+    ).to_json()
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "body", "headers", "status", "error"),
+    [
+        ("POST", "/v1/calls", _body(), {"authorization": "Basic " + TOKEN}, 401, "bearer token"),
+        ("POST", "/v1/calls", _body(), {}, 401, "missing or wrong bearer token"),
+        ("GET", "/v1/calls", b"", None, 405, "/v1/calls takes POST, not GET"),
+        ("POST", "/v1/other", b"", None, 404, "no such endpoint '/v1/other'"),
+        ("POST", "/v1/calls", b"{", None, 400, "the request body is not JSON"),
+        ("POST", "/v1/calls", b"[]", None, 400, "must be a JSON object, got list"),
+        ("POST", "/v1/calls", _body(arguments=[]), None, 400, "'arguments' must be a JSON object"),
+        ("POST", "/v1/calls", _body(timeout=-1), None, 400, "'timeout' must be a positive"),
+        ("POST", "/v1/calls", _body(""), None, 400, "'id' must be a non-empty string"),
+        ("POST", "/v1/calls", b" " * (8 * 1024 * 1024 + 1), None, 413, "over 8388608 bytes"),
+    ],
+)
+async def test_the_worker_refuses_bad_requests_saying_why(
+    method: str, path: str, body: bytes, headers: dict[str, str] | None, status: int, error: str
+) -> None:
+    async with in_process_worker() as url, httpx2.AsyncClient(base_url=url) as client:
+        sent = {"authorization": f"Bearer {TOKEN}"} if headers is None else headers
+        response = await client.request(method, path, content=body, headers=sent)
+    assert response.status_code == status
+    assert error in response.json()["error"]
+
+
+async def test_the_worker_stops_a_call_at_the_hosts_deadline(
+    autojump_clock: trio.testing.MockClock, tmp_path: Path
+) -> None:
+    marker = str(tmp_path / "hold")
+    body = _body(tool="hold", arguments={"marker": marker}, timeout=30)
+    async with in_process_worker(heartbeat=7) as url, httpx2.AsyncClient(base_url=url) as client:
+        start = trio.current_time()
+        response = await client.post(
+            "/v1/calls", content=body, headers={"authorization": f"Bearer {TOKEN}"}, timeout=None
+        )
+        took = trio.current_time() - start
+        # A request id may be reused once its call has ended; a cancel for it finds nothing.
+        cancel = await client.post(
+            "/v1/calls/r1/cancel", headers={"authorization": f"Bearer {TOKEN}"}
+        )
+    lines = [parse_line(line) for line in response.text.splitlines()]
+    assert [line["type"] for line in lines] == ["progress", *["heartbeat"] * 4, "result"]
+    output, error_class = decode_output(lines[-1]["result"])
+    assert error_class is ErrorClass.CANCELLED
+    assert output.is_error
+    assert 30 <= took < 31
+    assert Path(marker + ".cancelled").exists()
+    assert cancel.json() == {"found": False, "stopped": True}
+
+
+async def test_a_running_request_id_cannot_be_reused(tmp_path: Path) -> None:
+    body = _body(tool="hold", arguments={"marker": str(tmp_path / "hold")})
+    auth = {"authorization": f"Bearer {TOKEN}"}
+    async with (
+        in_process_worker() as url,
+        httpx2.AsyncClient(base_url=url) as client,
+        client.stream("POST", "/v1/calls", content=body, headers=auth) as first,
+        contextlib.aclosing(first.aiter_bytes()) as chunks,
+    ):
+        with trio.fail_after(GUARD):
+            running = await anext(chunks)  # the tool's progress: it runs
+        again = await client.post("/v1/calls", content=_body(), headers=auth)
+        cancel = await client.post("/v1/calls/r1/cancel", headers=auth)
+        rest = b"".join([chunk async for chunk in chunks])
+    assert parse_line(running.decode()) == {"type": "progress", "message": "holding"}
+    assert again.status_code == 409
+    assert "already running" in again.json()["error"]
+    assert cancel.json() == {"found": True, "stopped": True}
+    assert parse_line(rest.decode())["result"]["error_class"] == "cancelled"
+
+
+def test_serve_worker_checks_its_options() -> None:
+    with pytest.raises(ValueError, match="at least 16 characters"):
+        trio.run(partial(serve_worker, registry(), token="short"))
+    with pytest.raises(ValueError, match="heartbeat must be a positive number"):
+        trio.run(partial(serve_worker, registry(), token=TOKEN, heartbeat=0))
+
+
+def test_remote_backend_checks_its_options(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("TOOLEXEC_WORKER_TOKEN", raising=False)
+    with pytest.raises(ValueError, match="needs the worker's token"):
+        RemoteBackend("http://127.0.0.1:1")
+    with pytest.raises(ValueError, match="http:// or https:// base URL"):
+        RemoteBackend("127.0.0.1:1", token=TOKEN)
+    with pytest.raises(ValueError, match="read_timeout must be a positive number"):
+        RemoteBackend("http://127.0.0.1:1", token=TOKEN, read_timeout=0)
+    with pytest.raises(ValueError, match="max_connections must be a positive int"):
+        RemoteBackend("http://127.0.0.1:1", token=TOKEN, max_connections=0)
+    monkeypatch.setenv("TOOLEXEC_WORKER_TOKEN", TOKEN)
+    assert RemoteBackend("http://127.0.0.1:1/").url == "http://127.0.0.1:1"
+
+
+async def test_a_backend_that_is_not_open_sends_nothing() -> None:
+    executor = ToolExecutor(
+        registry(),
+        policy=remote_policy(),
+        backends={"remote": RemoteBackend("http://127.0.0.1:1", token=TOKEN)},
+    )
+    outcome = await executor.execute_batch([ToolCall("c0", "get", {"key": "a"})])
+    assert "the backend is not open" in outcome.results[0].text
+
+
+# -- toolexec serve's usage errors ---------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("argv", "env", "message"),
+    [
+        (["--http", "nowhere"], TOKEN, "--http 'nowhere': expected HOST:PORT"),
+        (["--http", "127.0.0.1:0", "--tools", "remote_tools:TOOLS"], "", "needs a shared token"),
+        (["--http", "127.0.0.1:0", "--tools", "remote_tools:TOOLS"], "short", "at least 16"),
+        (["--http", "127.0.0.1:0"], TOKEN, "the worker has no tools to serve"),
+        (
+            ["--http", "127.0.0.1:0", "--token-file", "/nonexistent/token"],
+            "",
+            "cannot read the token file /nonexistent/token",
+        ),
+        (["--http", "127.0.0.1:0", "--workspace", "/nonexistent"], TOKEN, "not an existing"),
+    ],
+)
+def test_serve_usage_errors_say_what_to_change(
+    argv: list[str],
+    env: str,
+    message: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.setenv("TOOLEXEC_WORKER_TOKEN", env)
+    monkeypatch.syspath_prepend(str(TESTS))
+    with pytest.raises(SystemExit) as exit_info:
+        main(["serve", *argv])
+    assert exit_info.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_serve_needs_a_transport(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["serve", "--tools", "remote_tools:TOOLS"])
+    assert exit_info.value.code == 2
+    assert "one of the arguments --http is required" in capsys.readouterr().err
+
+
+def test_serve_says_when_it_cannot_listen(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("TOOLEXEC_WORKER_TOKEN", TOKEN)
+    monkeypatch.syspath_prepend(str(TESTS))
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        with pytest.raises(SystemExit) as exit_info:
+            main(["serve", "--http", f"127.0.0.1:{port}", "--tools", "remote_tools:TOOLS"])
+    assert exit_info.value.code == 2
+    assert f"--http 127.0.0.1:{port}: cannot listen there" in capsys.readouterr().err

@@ -142,6 +142,7 @@ async def _serve(worker: _Worker, args: argparse.Namespace, stdout: TextIO) -> N
     async with contextlib.AsyncExitStack() as stack:
         if worker.mcp:
             await open_mcp_tools(stack, worker.mcp, sources, args.mcp_config)
+        failure: OSError | None = None
         async with trio.open_nursery() as nursery:
             try:
                 url = await nursery.start(
@@ -155,12 +156,19 @@ async def _serve(worker: _Worker, args: argparse.Namespace, stdout: TextIO) -> N
                         workspace=worker.workspace,
                     )
                 )
-            except OSError as exc:
-                raise UsageError(
-                    f"--http {args.http}: cannot listen there: {exc.strerror or exc}"
-                ) from None
-            stdout.write(f"toolexec worker listening on {url}\n")
-            stdout.flush()
+            except* OSError as group:  # binding failed: nothing was started
+                failure = _first_leaf(group)
+            else:
+                stdout.write(f"toolexec worker listening on {url}\n")
+                stdout.flush()
+    if failure is not None:
+        reason = failure.strerror or failure
+        raise UsageError(f"--http {args.http}: cannot listen there: {reason}")
+
+
+def _first_leaf(group: BaseExceptionGroup[OSError]) -> OSError:
+    first = group.exceptions[0]
+    return _first_leaf(first) if isinstance(first, BaseExceptionGroup) else first
 
 
 class _LogHandler(logging.Handler):

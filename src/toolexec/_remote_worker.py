@@ -26,6 +26,7 @@ import hmac
 import json
 import logging
 import math
+import socket
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
@@ -310,6 +311,22 @@ def _positive(name: str, value: float) -> float:
     return float(value)
 
 
+def _listening_socket(host: str, port: int) -> socket.socket:
+    """A socket bound to ``host:port`` (the first address ``host`` resolves to); ``OSError``."""
+    family, kind, proto, _, address = socket.getaddrinfo(
+        host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+    )[0]
+    sock = socket.socket(family, kind, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock.bind(address)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
 async def serve_worker(
     registry: ToolRegistry,
     *,
@@ -374,7 +391,7 @@ async def serve_worker(
     )
     app = WorkerApp(executor, progress, secret, heartbeat)
     settings = Config()
-    settings.bind = [f"[{host}]:{port}" if ":" in host else f"{host}:{port}"]
+    settings.bind = [f"fd://{_listening_socket(host, port).detach()}"]
     settings.errorlog = logging.getLogger("toolexec.remote.http")
     settings.keep_alive_timeout = 60.0
     settings.graceful_timeout = grace_period
