@@ -535,3 +535,28 @@ def test_serve_says_when_it_cannot_listen(
             main(["serve", "--http", f"127.0.0.1:{port}", "--tools", "remote_tools:TOOLS"])
     assert exit_info.value.code == 2
     assert f"--http 127.0.0.1:{port}: cannot listen there" in capsys.readouterr().err
+
+
+class ToRemoteWithin:
+    """Send every call to ``remote`` with a deadline of ``seconds``."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+
+    def decide(
+        self, definition: ToolDefinition, arguments: Mapping[str, Any], agent_path: str
+    ) -> Allow:
+        return Allow(ExecutionGrant(sandbox="remote", timeout=self.seconds))
+
+
+async def test_a_host_timeout_stops_the_call_on_the_worker(
+    autojump_clock: trio.testing.MockClock, tmp_path: Path
+) -> None:
+    marker = str(tmp_path / "hold")
+    async with in_process_worker() as url, RemoteBackend(url, token=TOKEN) as remote:
+        executor = ToolExecutor(registry(), policy=ToRemoteWithin(12), backends={"remote": remote})
+        outcome = await executor.execute_batch([ToolCall("c0", "hold", {"marker": marker})])
+        # The result comes once the worker's tool has been cancelled and cleaned up.
+        assert Path(marker + ".cancelled").exists()
+    [result] = outcome.results
+    assert result.error_class is ErrorClass.TIMEOUT
