@@ -88,11 +88,13 @@ class RemoteBackend:
     pool), and give it to the executor under a sandbox name; a policy's
     grant sends calls there::
 
+        class OnTheWorker:
+            def decide(self, definition, arguments, agent_path):
+                return Allow(ExecutionGrant(sandbox="remote"))
+
         async with RemoteBackend("http://10.0.0.5:8750", token=token) as remote:
             executor = ToolExecutor(
-                registry,
-                policy=FunctionPolicy(lambda call, d: Allow(ExecutionGrant(sandbox="remote"))),
-                backends={"remote": remote},
+                registry, policy=OnTheWorker(), backends={"remote": remote}
             )
             outcome = await executor.execute_batch(calls)
 
