@@ -8,6 +8,10 @@ routes every call to it with a policy granting ``sandbox="remote"``.
 from __future__ import annotations
 
 import contextlib
+import io
+import json
+import logging
+import math
 import os
 import signal
 import socket
@@ -28,16 +32,29 @@ from toolexec import (
     Allow,
     ConcurrencyConfig,
     ErrorClass,
+    ImageContent,
+    JsonContent,
+    SideEffects,
     TextContent,
     ToolCall,
+    ToolContext,
     ToolDefinition,
     ToolExecutor,
+    ToolOutput,
     ToolRegistry,
     ToolResult,
+    _remote_cli,
 )
-from toolexec._cli import main
+from toolexec._cli import _load_policy, _parser, main
 from toolexec._process import open_group_process, reap
-from toolexec._remote_wire import CallRequest, decode_output, parse_line
+from toolexec._remote_wire import (
+    CallRequest,
+    WireError,
+    decode_output,
+    encode_line,
+    encode_output,
+    parse_line,
+)
 from toolexec.backends import RemoteBackend, serve_worker
 from toolexec.events import CallbackSink, CallProgress, CallUpdate, Event
 from toolexec.policy import ExecutionGrant
@@ -326,7 +343,12 @@ def _http(body: bytes, status: str = "200 OK", media: str = "application/x-ndjso
     ("reply", "message"),
     [
         (_http(b"this is not json\n"), "sent a malformed response: a line is not JSON"),
-        (_http(b'{"type": "nonsense"}\n'), "sent a malformed response: unknown line type"),
+        (_http(b'\n{"type": "nonsense"}\n'), "sent a malformed response: unknown line type"),
+        (_http(b'{"type": "progress"}\n'), "a progress line has no text message"),
+        (_http(b'{"type": "heartbeat"}'), "the response ended inside a line"),
+        (_http(b"nope\n" + b"x" * 1000), "sent a malformed response: a line is not JSON"),
+        (_http(b"busy", "503 Service Unavailable", "text/plain"), "(HTTP 503: busy)"),
+        (_http(b'{"x": 1}', "502 Bad Gateway", "application/json"), '(HTTP 502: {"x": 1})'),
         (_http(b'{"type": "heartbeat"}\n'), "ended without the call's result"),
         (
             _http(b'{"type": "result", "result": {"content": 3}}\n'),
@@ -456,6 +478,8 @@ def test_serve_worker_checks_its_options() -> None:
         trio.run(partial(serve_worker, registry(), token="short"))
     with pytest.raises(ValueError, match="heartbeat must be a positive number"):
         trio.run(partial(serve_worker, registry(), token=TOKEN, heartbeat=0))
+    with pytest.raises(ValueError, match="heartbeat must be finite"):
+        trio.run(partial(serve_worker, registry(), token=TOKEN, heartbeat=math.inf))
 
 
 def test_remote_backend_checks_its_options(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -560,3 +584,115 @@ async def test_a_host_timeout_stops_the_call_on_the_worker(
         assert Path(marker + ".cancelled").exists()
     [result] = outcome.results
     assert result.error_class is ErrorClass.TIMEOUT
+
+
+# -- the wire format, the backend's own checks, the command's loading, in process ---
+
+
+def test_outputs_cross_the_wire_unchanged() -> None:
+    content = (TextContent("t"), ImageContent("aGk=", "image/png"), JsonContent({"a": [1]}))
+    data = json.loads(encode_line("result", result=encode_output(content, {"k": 1}, True)))
+    output, error_class = decode_output(data["result"])
+    assert output == ToolOutput(content, {"k": 1}, True)
+    assert error_class is None
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        ([], "an output must be an object"),
+        ({"content": [1]}, "a content block must be an object"),
+        ({"content": [{"type": "video"}]}, "unknown content block type 'video'"),
+        ({"content": [{"type": "image", "data": "x"}]}, "malformed image content block"),
+        ({"content": [], "is_error": "yes"}, "'is_error' must be true or false"),
+        ({"content": [], "error_class": "oops"}, "unknown error class 'oops'"),
+    ],
+)
+def test_a_malformed_output_is_refused_saying_why(data: Any, message: str) -> None:
+    with pytest.raises(WireError, match=message):
+        decode_output(data)
+
+
+def test_a_line_must_be_an_object_with_a_type() -> None:
+    with pytest.raises(WireError, match="not an object with a 'type'"):
+        parse_line("[1]")
+
+
+async def test_a_backend_opens_once_and_needs_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    backend = RemoteBackend("http://127.0.0.1:1", token=TOKEN, name="box")
+    assert backend.name == "box"
+    async with backend:
+        with pytest.raises(RuntimeError, match="RemoteBackend for box is already open"):
+            await backend.__aenter__()
+    monkeypatch.setitem(sys.modules, "httpx2", None)
+    with pytest.raises(ImportError, match=r"pip install 'toolexec\[remote\]'"):
+        await backend.__aenter__()
+
+
+class _Lines(io.StringIO):
+    """A stdout that says when a line was written."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.written = trio.Event()
+
+    def flush(self) -> None:
+        self.written.set()
+
+
+async def test_the_serve_command_loads_and_serves_in_process(tmp_path: Path) -> None:
+    (tmp_path / "policy.toml").write_text(
+        '[[rules]]\naction = "deny"\ntool = "write_file"\nreason = "read-only worker"\n'
+    )
+    argv = ["serve", "--http", "127.0.0.1:0", "--workspace", str(tmp_path), "--no-shell"]
+    argv += ["--tools", "remote_tools:TOOLS", "--policy", str(tmp_path / "policy.toml")]
+    args = _parser().parse_args(argv)
+    os.environ["TOOLEXEC_WORKER_TOKEN"] = TOKEN
+    try:
+        loaded = _remote_cli._load(args, _load_policy(args.policy)[0])
+    finally:
+        del os.environ["TOOLEXEC_WORKER_TOKEN"]
+    stdout, log = _Lines(), io.StringIO()
+    handler = _remote_cli._LogHandler(log)
+    logger = logging.getLogger("toolexec")
+    level = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    try:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(_remote_cli._serve, loaded, args, stdout)
+            await stdout.written.wait()
+            url = stdout.getvalue().split()[-1]
+            async with RemoteBackend(url, token=TOKEN) as remote:
+                reg = registry()
+                reg.register(partial(ToolDefinitionOnly, "write_file"))
+                executor = ToolExecutor(reg, policy=remote_policy(), backends={"remote": remote})
+                outcome = await executor.execute_batch(
+                    [
+                        ToolCall("c0", "write_file", {"path": "x.txt", "content": "hi"}),
+                        ToolCall("c1", "put", {"key": "a", "value": "1"}),
+                    ]
+                )
+            nursery.cancel_scope.cancel()
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+    denied, put = outcome.results
+    assert denied.error_class is ErrorClass.PERMISSION_DENIED
+    assert "read-only worker" in denied.text
+    assert put.text.startswith("a=1")
+    assert "toolexec worker: call" in log.getvalue()
+
+
+@attrs.frozen
+class ToolDefinitionOnly:
+    """A host-side stand-in for a tool that only the worker runs."""
+
+    name: str
+
+    @property
+    def definition(self) -> ToolDefinition:
+        return ToolDefinition(self.name, "runs on the worker", side_effects=SideEffects.WRITE)
+
+    async def execute(self, arguments: Mapping[str, Any], ctx: ToolContext) -> ToolOutput:
+        raise AssertionError("runs on the worker only")
