@@ -96,7 +96,10 @@ LAYERS: dict[str, str] = {
     **dict.fromkeys(["_ipc_cli"], "cli"),
     **dict.fromkeys(["ipc"], "api"),
     **dict.fromkeys(["streams"], "integrations"),
+    # Remote workers: the wire format, the backend and the worker's HTTP service.
+    **dict.fromkeys(["_remote_wire", "_remote", "_remote_worker"], "integrations"),
     **dict.fromkeys(["_cli", "_cli_sources"], "cli"),
+    **dict.fromkeys(["_remote_cli"], "cli"),
     # The public face: re-exports only.
     **dict.fromkeys(
         [

@@ -27,8 +27,8 @@ from __future__ import annotations
 
 import json
 import logging
-import threading
 import math
+import threading
 import traceback
 import types
 from typing import TYPE_CHECKING, Any

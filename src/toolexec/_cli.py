@@ -56,6 +56,7 @@ from ._ipc_cli import add_serve_arguments, serve
 from ._policy import Allow, AllowAll, Ask
 from ._ray import RayBackend
 from ._registry import ToolRegistry
+from ._remote_cli import add_serve_options, serve_command
 from ._rules import RulePolicy
 from ._trace import TraceRecorder
 from ._workspace import Workspace
@@ -172,13 +173,23 @@ def _parser() -> argparse.ArgumentParser:
     tools.add_argument("--no-shell", action="store_true", help="leave the shell tool out")
     serve = commands.add_parser(
         "serve",
-        help="serve tool calls to an agent in another process",
-        description="Run a supervisor that executes the tool calls an agent process sends.",
+        help="serve tool calls to an agent process (--stdio) or to toolexec hosts (--http)",
+        description=(
+            "With --stdio, start a runner command and execute the tool calls it sends over "
+            "its stdin and stdout (see docs/ipc.md). With --http, serve the given tools to "
+            "RemoteBackend hosts over HTTP until interrupted (see docs/scale-out.md)."
+        ),
     )
-    mode = serve.add_mutually_exclusive_group(required=True)
-    mode.add_argument(
+    transport = serve.add_mutually_exclusive_group(required=True)
+    transport.add_argument(
         "--stdio", action="store_true", help="start the runner command; talk over its stdin/stdout"
     )
+    transport.add_argument(
+        "--http",
+        metavar="HOST:PORT",
+        help="listen for RemoteBackend calls on HOST:PORT (port 0: a free port, printed)",
+    )
+    add_serve_options(serve)
     add_serve_arguments(serve)
     return parser
 
@@ -455,6 +466,26 @@ def _fail(stderr: TextIO, message: str, code: int) -> NoReturn:
     raise SystemExit(code)
 
 
+_STDIO_ONLY = {
+    "runner": "a runner command",
+    "allow": "--allow",
+    "grant": "--grant",
+    "audit": "--audit",
+}
+_HTTP_ONLY = {"mcp_config": "--mcp-config", "policy": "--policy", "token_file": "--token-file"}
+
+
+def _serve(args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int:
+    """``serve``: refuse the other transport's options, then serve."""
+    mode, other = ("--stdio", _HTTP_ONLY) if args.stdio else ("--http", _STDIO_ONLY)
+    given = [flag for dest, flag in other.items() if getattr(args, dest)]
+    if given:
+        raise UsageError(f"{', '.join(given)} cannot be used with serve {mode}")
+    if args.stdio:
+        return serve(args)
+    return serve_command(args, _load_policy(args.policy)[0], stdout, stderr)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``toolexec`` command line; return the exit code.
 
@@ -465,7 +496,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)  # exits 2 on a usage error, 0 on --help
     try:
         if args.command == "serve":
-            return serve(args)
+            return _serve(args, stdout, stderr)
         if args.command == "tools":
             output = _tools(args)
         else:

@@ -26,41 +26,32 @@ __all__ = ["add_serve_arguments", "serve"]
 
 
 def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
-    """The options of ``serve --stdio`` (the mode flags are the caller's)."""
+    """The options of ``serve --stdio`` besides those it shares with ``--http``
+    (``--workspace``, ``--no-shell``, ``--tools``: ``_remote_cli.add_serve_options``)."""
     parser.add_argument(
-        "--workspace", "-w", default=".", metavar="DIR", help="the directory tools work in"
-    )
-    parser.add_argument(
-        "--name", default="runner", help="the runner's name (its agent path is root/NAME)"
+        "--name", default="runner", help="--stdio: the runner's name (its agent path is root/NAME)"
     )
     parser.add_argument(
         "--allow",
         action="append",
         metavar="PATTERN",
-        help="a tool the runner may call ('*' matches any characters); repeatable; default: all",
+        help="--stdio: a tool the runner may call ('*' matches any characters); repeatable; "
+        "default: all",
     )
     parser.add_argument(
         "--grant",
         action="append",
         default=[],
         metavar="PATH[:rw]",
-        help="a workspace path the runner's calls may read (':rw' also write); repeatable",
+        help="--stdio: a workspace path the runner's calls may read (':rw' also write); repeatable",
     )
-    parser.add_argument("--audit", metavar="FILE", help="append the audit log (JSON lines) here")
-    parser.add_argument("--no-shell", action="store_true", help="do not offer the shell tool")
-    parser.add_argument(
-        "--tools",
-        action="append",
-        default=[],
-        metavar="MODULE:ATTR",
-        help="also offer your tools (as for 'exec'); repeatable",
-    )
+    parser.add_argument("--audit", metavar="FILE", help="--stdio: append the audit log here")
     parser.add_argument(
         "--max-line-bytes",
         type=int,
         default=DEFAULT_MAX_LINE_BYTES,
         metavar="N",
-        help="the longest line read from the runner (default: 16 MiB)",
+        help="--stdio: the longest line read from the runner (default: 16 MiB)",
     )
     parser.add_argument(
         "runner", nargs=argparse.REMAINDER, help="-- then the runner command and its arguments"
@@ -82,6 +73,8 @@ def _command(args: argparse.Namespace) -> list[str]:
 
 
 def _supervisor(args: argparse.Namespace) -> tuple[Supervisor, RunnerConfig, JsonlAuditSink | None]:
+    if args.workspace is None:
+        args.workspace = "."
     if not Path(args.workspace).is_dir():
         raise UsageError(f"workspace {args.workspace!r} is not an existing directory")
     if args.max_line_bytes < 1:

@@ -7,6 +7,10 @@ the host. Admission, order, deadlines and the one-result rule stay with the
 executor, whatever the backend. ``RayBackend`` (the ``ray`` extra) runs
 calls as tasks on a Ray cluster (docs/scale-out.md).
 
+``RemoteBackend`` sends calls over HTTP to a worker serving the same tools
+(``toolexec serve --http HOST:PORT``, or ``serve_worker`` in a trio
+program); both need the ``remote`` extra (``pip install 'toolexec[remote]'``).
+
 Example::
 
     from toolexec.backends import Backend
@@ -24,7 +28,9 @@ from __future__ import annotations
 from ._backend import Backend, HostBackend
 from ._public import fixup_module_metadata as _fixup_module_metadata
 from ._ray import RayBackend
+from ._remote import RemoteBackend
+from ._remote_worker import serve_worker
 
-__all__ = ["Backend", "HostBackend", "RayBackend"]
+__all__ = ["Backend", "HostBackend", "RayBackend", "RemoteBackend", "serve_worker"]
 
 _fixup_module_metadata(__name__, __all__)
