@@ -31,6 +31,7 @@ from ._errors import bare_interrupt
 from ._events import BatchFinished, BatchPlanned, RunFinished, RunStarted
 from ._lifecycle import CallSlot, State, error_result
 from ._report import Reporter
+from ._resources import run_keyed
 from ._types import ErrorClass, RoutingClass, ToolCall, ToolResult
 
 if TYPE_CHECKING:
@@ -140,7 +141,9 @@ class Batch:
         rt, report = self._runtime, self._report
         report.emit(RunStarted, index=run.index, routing=run.routing, call_ids=run.call_ids)
         slots = [self._slots[i] for i in run.call_indices]
-        if run.routing is RoutingClass.SERIAL_MUT or len(slots) == 1:
+        if run.keyed:  # resource-keyed conflicts: _resources
+            await run_keyed(rt, slots, report)
+        elif run.routing is RoutingClass.SERIAL_MUT or len(slots) == 1:
             for slot in slots:
                 await run_call(rt, slot, report)
         else:

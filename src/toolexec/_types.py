@@ -14,8 +14,10 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
 import attrs
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Iterable
     from pathlib import Path
+
+    from ._resource_keys import Resource
 
 __all__ = [
     "ContentBlock",
@@ -273,6 +275,11 @@ class ToolDefinition:
             tool has one (the built-in file tools set it), so that policies
             judge a path where it really leads even when they were given no
             workspace themselves.
+        resources: optional ``(arguments) -> iterable of Resource``: what one
+            call reads and writes, for executors built with
+            ``resource_conflicts=True`` (docs/resources.md). It is called in
+            a worker thread when the call's run starts. Tools without it keep
+            their class behaviour.
     """
 
     name: str
@@ -288,6 +295,9 @@ class ToolDefinition:
     )
     path_arguments: Mapping[str, str] = attrs.field(factory=dict)
     workspace: PathResolver | None = attrs.field(default=None, eq=False, repr=False)
+    resources: Callable[[Mapping[str, Any]], Iterable[Resource]] | None = attrs.field(
+        default=None, eq=False, repr=False
+    )
 
     @property
     def effective_timeout(self) -> float:
