@@ -55,6 +55,7 @@ GROUPS: dict[str, dict[str, list[str]]] = {
             "Tool",
             "ToolDefinition",
             "SideEffects",
+            "Resource",
             "ToolContext",
             "ToolRegistry",
             "function_tool",

@@ -1,6 +1,6 @@
 """Pools shared by a tree of agents, admitting the agents in turn.
 
-The user-facing story: docs/agent-trees.md, "Fair admission".
+The user-facing story: docs/concepts.md, "Forking for sub-agents".
 
 Theory of operation. ``trio.CapacityLimiter`` is first come, first served:
 a released token goes straight to the task that has waited longest, and
