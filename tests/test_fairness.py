@@ -10,6 +10,7 @@ order is the order the pool admitted them in.
 
 from __future__ import annotations
 
+import pytest
 import trio
 import trio.testing
 
@@ -22,6 +23,7 @@ from toolexec import (
     ToolRegistry,
     function_tool,
 )
+from toolexec._fairness import FairLimiter, Lane
 from toolexec.testing import ScriptedModel, Step
 
 
@@ -127,3 +129,40 @@ def test_a_sibling_queueing_many_calls_at_once_does_not_crowd_out_the_others() -
     assert sorted(order) == ["A"] * 16 + ["B"] * 16 + ["C"] * 16
     for sibling in "ABC":
         assert longest_streak(order, sibling) <= 1, "".join(order)
+
+
+async def test_fair_limiter_turns_cancellation_and_statistics() -> None:
+    limiter = FairLimiter(1)
+    a, b = limiter.lane(), limiter.lane()
+    a1 = a.child()
+    a.acquire_on_behalf_of_nowait("held")
+    got: list[str] = []
+
+    async def wait(lane: Lane, who: str, scope: trio.CancelScope | None = None) -> None:
+        with scope or trio.CancelScope():
+            await lane.acquire_on_behalf_of(who)
+            got.append(who)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(wait, a, "a-own")
+        await trio.testing.wait_all_tasks_blocked()
+        gone = trio.CancelScope()
+        nursery.start_soon(wait, a1, "a1", gone)
+        await trio.testing.wait_all_tasks_blocked()
+        nursery.start_soon(wait, b, "b")
+        await trio.testing.wait_all_tasks_blocked()
+        assert limiter.statistics().tasks_waiting == 3
+        gone.cancel()  # a cancelled waiter leaves its lane's turns
+        await trio.testing.wait_all_tasks_blocked()
+        assert limiter.statistics().tasks_waiting == 2
+        with pytest.raises(trio.WouldBlock):  # nobody takes a token past a waiter
+            b.acquire_on_behalf_of_nowait("barger")
+        limiter.release("held")  # b has not been served yet; a's subtree has
+        await trio.testing.wait_all_tasks_blocked()
+        assert got == ["b"]
+        limiter.release("b")
+        await trio.testing.wait_all_tasks_blocked()
+        assert got == ["b", "a-own"]
+        limiter.release("a-own")
+    assert limiter.statistics().tasks_waiting == 0
+    assert limiter.borrowed_tokens == 0

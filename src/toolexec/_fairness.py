@@ -24,7 +24,9 @@ own call releases the token, and a rotation would send it to the back every
 time; by age it keeps its claim. A token is never taken past a waiter
 (``nowait`` fails while anyone waits), so nobody barges. Each executor of a
 tree holds its own lane of the shared read and serial-mutator pools, a child
-of its parent's (``_limits.Pools``).
+of its parent's (``_limits.Pools``). As in trio's own limiter, the methods
+that change the queues are protected from ``KeyboardInterrupt`` landing
+half-way.
 """
 
 from __future__ import annotations
@@ -95,6 +97,7 @@ class FairLimiter:
             len(self._borrowers), self._total, list(self._borrowers), self._top.pending
         )
 
+    @trio.lowlevel.enable_ki_protection
     def take_nowait(self, borrower: object) -> None:
         """Take a token now, or raise ``trio.WouldBlock`` (also while anyone waits)."""
         if borrower in self._borrowers:
@@ -104,6 +107,7 @@ class FairLimiter:
         else:
             raise trio.WouldBlock
 
+    @trio.lowlevel.enable_ki_protection
     def served(self, lane: Lane) -> None:
         """Record that ``lane`` took a token without waiting: a turn it has had."""
         self._ticks += 1
@@ -113,6 +117,7 @@ class FairLimiter:
             node.served = self._ticks
             node = node.parent
 
+    @trio.lowlevel.enable_ki_protection
     async def wait_turn(self, lane: Lane, borrower: object) -> None:
         """Queue in ``lane`` until a token is handed to ``borrower``."""
         entry = (trio.lowlevel.current_task(), borrower)
@@ -124,6 +129,7 @@ class FairLimiter:
 
         await trio.lowlevel.wait_task_rescheduled(abort)
 
+    @trio.lowlevel.enable_ki_protection
     def release(self, borrower: object) -> None:
         """Give a token back; the lane whose turn it is gets it."""
         if borrower not in self._borrowers:
