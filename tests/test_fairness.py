@@ -166,3 +166,18 @@ async def test_fair_limiter_turns_cancellation_and_statistics() -> None:
         limiter.release("a-own")
     assert limiter.statistics().tasks_waiting == 0
     assert limiter.borrowed_tokens == 0
+
+
+async def test_fair_limiter_refuses_misuse_clearly() -> None:
+    with pytest.raises(ValueError, match="total_tokens must be an integer >= 1, got 0"):
+        FairLimiter(0)
+    limiter = FairLimiter(2)
+    lane = limiter.lane()
+    await lane.acquire_on_behalf_of("x")  # a free token: taken at once
+    assert (lane.total_tokens, lane.borrowed_tokens, lane.available_tokens) == (2, 1, 1)
+    assert lane.statistics().borrowers == ["x"]
+    with pytest.raises(RuntimeError, match="already holds"):
+        lane.acquire_on_behalf_of_nowait("x")
+    lane.release_on_behalf_of("x")
+    with pytest.raises(RuntimeError, match="does not hold"):
+        lane.release_on_behalf_of("x")

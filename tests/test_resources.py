@@ -417,3 +417,49 @@ def test_conflicts() -> None:
     assert not Resource.writes("db", "a").conflicts_with(Resource.writes("db", "b"))
     assert everything.conflicts_with(Resource.writes("x"))
     assert not everything.conflicts_with(Resource.reads("x"))
+
+
+def test_odd_declarations_and_paths_touch_everything_or_the_whole_workspace(
+    ws: Workspace, caplog: pytest.LogCaptureFixture
+) -> None:
+    from toolexec._path_keys import everything_for, path_key
+
+    root = path_key(ws, ".")
+    assert path_key(ws, 42) == root  # not a path at all
+    assert path_key(ws, "x/../gone/f") == root  # '..' through a missing directory
+    (ws.root / "dl").symlink_to("nowhere/deeper")
+    assert path_key(ws, "dl/f") == root  # a dangling link on the way
+    assert path_key(ws, "new/f") == (*root, "new")
+
+    def boom(_arguments: object) -> SideEffects:
+        raise ValueError("no")
+
+    assert everything_for(boom)({}) == [Resource.everything(write=True)]
+    assert everything_for(lambda _a: SideEffects.READ)({}) == [Resource.everything(write=False)]
+
+    with pytest.raises(TypeError, match=r"Resource\.write must be a bool, got 1"):
+        Resource(("x",), 1)  # type: ignore[arg-type]
+
+    bad = ToolDefinition(
+        "bad",
+        "Bad.",
+        side_effects=SideEffects.WRITE,
+        resources=lambda _a: ["not a resource"],  # type: ignore[list-item]
+    )
+
+    @attrs.define(eq=False)
+    class Bad:
+        definition: ToolDefinition = bad
+
+        def __call__(self) -> Bad:
+            return self
+
+        async def execute(self, arguments: Any, ctx: Any) -> ToolOutput:
+            return ToolOutput.text("bad")
+
+    executor, spans = setup(ws, Bad())
+    with caplog.at_level(logging.ERROR, logger="toolexec"):
+        run(executor, [write("w1", "f1"), ToolCall("b", "bad", {}), write("w2", "f2")])
+    assert "not Resource values" in caplog.text
+    assert spans.before("w1", "b")
+    assert spans.before("b", "w2")
