@@ -60,6 +60,7 @@ GROUPS: dict[str, dict[str, list[str]]] = {
             "Tool",
             "ToolDefinition",
             "SideEffects",
+            "Resource",
             "ToolContext",
             "ToolRegistry",
             "function_tool",

@@ -28,7 +28,7 @@ PAGES = [
     "scale-out.md",
     "security.md",
     "testing.md",
-    "scale-out.md",
+    "resources.md",
 ]
 
 FENCE = re.compile(r"^```(python|output)\n(.*?)^```", flags=re.DOTALL | re.MULTILINE)

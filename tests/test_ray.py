@@ -138,7 +138,7 @@ def die(log: str) -> str:
     os._exit(1)
 
 
-@function_tool(resources={"num_cpus": 2})
+@function_tool(resource_hints={"num_cpus": 2})
 def cpus() -> float:
     """How many CPUs Ray reserved for this call."""
     return float(ray.get_runtime_context().get_assigned_resources().get("CPU", 0))
@@ -259,11 +259,11 @@ def test_the_worker_function_tags_outputs_and_failures() -> None:
 
 def test_bad_resource_hints_are_refused_where_they_are_given() -> None:
     with pytest.raises(ValueError, match="unknown hint 'gpus'; the hints are num_cpus"):
-        RayBackend(resources={"gpus": 1})
+        RayBackend(resource_hints={"gpus": 1})
     with pytest.raises(ValueError, match="memory must be an integer number of bytes"):
-        ToolDefinition("t", "d", resources={"memory": 1.5})
+        ToolDefinition("t", "d", resource_hints={"memory": 1.5})
     with pytest.raises(ValueError, match="num_cpus must be a number >= 0, got -1"):
-        function_tool(resources={"num_cpus": -1})(lambda: None)
+        function_tool(resource_hints={"num_cpus": -1})(lambda: None)
     with pytest.raises(ValueError, match="RayBackend address must be a Ray address"):
         RayBackend(address=" ")
 

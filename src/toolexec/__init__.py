@@ -43,6 +43,7 @@ from ._plan import Batched, BatchPlan, ExecutionStrategy, Parallel, RunPlan, Seq
 from ._policy import Allow, AllowAll, Ask, Deny, ToolPolicy
 from ._public import fixup_module_metadata as _fixup_module_metadata
 from ._registry import ToolRegistry
+from ._resource_keys import Resource
 from ._subagent import AgentTree, SubAgentTool, TreeLimits, TreeStatistics
 from ._tool import Tool, ToolContext
 from ._types import (
@@ -87,6 +88,7 @@ __all__ = [
     "Parallel",
     "PoolStatistics",
     "RegistrationError",
+    "Resource",
     "RoutingClass",
     "RunPlan",
     "Sequential",

@@ -36,6 +36,7 @@ from ._errors import bare_interrupt
 from ._events import BatchFinished, BatchPlanned, RunFinished, RunStarted
 from ._lifecycle import CallSlot, State, error_result
 from ._report import Reporter
+from ._resources import run_keyed
 from ._types import ErrorClass, RoutingClass, ToolCall, ToolResult
 
 if TYPE_CHECKING:
@@ -233,7 +234,9 @@ class Batch:
         report.emit(RunStarted, index=run.index, routing=run.routing, call_ids=run.call_ids)
         slots = [self._slots[i] for i in run.call_indices]
         blocked = True
-        if one_queue(rt.pools, slots):
+        if run.keyed:  # resource-keyed conflicts: _resources
+            await run_keyed(rt, slots, report)
+        elif one_queue(rt.pools, slots):
             crew = Crew(rt, slots, report)
             await crew.run()
             blocked = crew.blocked

@@ -51,7 +51,7 @@ if TYPE_CHECKING:
     from ._asking import Asker
     from ._events import EventSink
     from ._hooks import CallHook
-    from ._limits import Pools
+    from ._limits import ClassPool, Pools
     from ._report import Reporter
     from ._tool import Services
     from ._types import ContentBlock, PathResolver
@@ -521,7 +521,7 @@ def _set_event() -> trio.Event:
 _ARRIVED = _set_event()  # nobody waits for a call (a set event is never waited on)
 
 
-def _give_back(limiter: trio.CapacityLimiter, borrower: object) -> bool:
+def _give_back(limiter: ClassPool, borrower: object) -> bool:
     """Release ``borrower``'s permit; ``False``, for ``held``."""
     limiter.release_on_behalf_of(borrower)
     return False
@@ -541,9 +541,7 @@ async def _aside(work: Awaitable[None]) -> None:
     await work
 
 
-def _still_held(
-    limiter: trio.CapacityLimiter, borrower: object, blocked: bool | None, keep: bool
-) -> bool:
+def _still_held(limiter: ClassPool, borrower: object, blocked: bool | None, keep: bool) -> bool:
     """After a call: whether its worker still holds its permit.
 
     It gives it back after a call that blocked, or if others may have queued
@@ -557,7 +555,7 @@ def _still_held(
     return True
 
 
-async def _take_permit(limiter: trio.CapacityLimiter, borrower: object) -> bool:
+async def _take_permit(limiter: ClassPool, borrower: object) -> bool:
     """Take a permit for ``borrower``; whether it came without waiting."""
     try:
         limiter.acquire_on_behalf_of_nowait(borrower)

@@ -38,6 +38,7 @@ from ._plan import BatchPlan, ExecutionStrategy, Parallel, RunPlan
 from ._planning import Planner
 from ._policy import AllowAll, ToolPolicy
 from ._registry import ToolRegistry
+from ._resources import keyed_cut
 from ._tool import Services
 from ._types import RoutingClass
 
@@ -153,6 +154,11 @@ class ToolExecutor:
         parent_call: ``(batch id, call id)`` of the call whose sub-agent
             this executor runs (set by ``fork_for_subagent``); its events
             carry them as ``parent_batch_id`` and ``parent_call_id``.
+        resource_conflicts: order the calls of tools that declare their
+            resources (``ToolDefinition.resources``; the file tools and the
+            shell do) by what they touch rather than by class: a write waits
+            only for earlier calls touching the same resource, a read only
+            for earlier writes to it (docs/resources.md). Off by default.
 
     An executor is immutable; ``fork_for_subagent`` makes a changed copy.
     """
@@ -190,6 +196,9 @@ class ToolExecutor:
     backends: Mapping[str, Backend] = attrs.field(factory=dict, validator=_check_backends)
     services: Services = attrs.field(factory=Services, converter=_as_services)
     parent_call: tuple[str, str] | None = None
+    resource_conflicts: bool = attrs.field(
+        default=False, validator=attrs.validators.instance_of(bool), kw_only=True
+    )
     _memory: ApprovalMemory = attrs.field(factory=ApprovalMemory, alias="memory", repr=False)
     _pools: Pools | None = attrs.field(default=None, alias="pools", repr=False)
     _binding: RunBinding = attrs.field(factory=RunBinding, alias="binding", repr=False)
@@ -287,6 +296,10 @@ class ToolExecutor:
         )
 
     def _plan(self, slots: Sequence[CallSlot]) -> BatchPlan:
+        if self.resource_conflicts:  # resource-keyed conflicts: _resources
+            cut = keyed_cut(self.strategy, slots)
+        else:
+            cut = [(r, i, False) for r, i in self.strategy.cut([s.routing for s in slots])]
         runs = [
             RunPlan(
                 n,
@@ -294,8 +307,9 @@ class ToolExecutor:
                 tuple(indices),
                 tuple(slots[i].call.id for i in indices),
                 tuple(slots[i].call.name for i in indices),
+                keyed,
             )
-            for n, (routing, indices) in enumerate(self.strategy.cut([s.routing for s in slots]))
+            for n, (routing, indices, keyed) in enumerate(cut)
         ]
         answered = [s for s in slots if s.routing is RoutingClass.SHORT_CIRCUIT]
         return BatchPlan(

@@ -24,6 +24,7 @@ from ._confined import MAX_PATH_DEPTH
 from ._display import show
 from ._errors import ToolError
 from ._lines import MAX_OUTPUT_CHARS, Capped, Stop, line_count, lines_from, take_capped
+from ._path_keys import path_resources
 from ._tree import walk_tree
 from ._types import SideEffects, ToolDefinition, ToolOutput
 from ._worker import run_abandonable
@@ -71,9 +72,15 @@ PATH_ARGUMENT = {"type": "string", "description": "A path relative to the worksp
 
 
 def bound_to_workspace(definition: ToolDefinition) -> Any:
-    """The definition, naming the tool's workspace (for policies that resolve paths)."""
+    """The definition, naming the tool's workspace (for policies that resolve paths)
+    and declaring its path arguments as the resources its calls touch."""
     return attrs.Factory(
-        lambda tool: attrs.evolve(definition, workspace=tool.workspace), takes_self=True
+        lambda tool: attrs.evolve(
+            definition,
+            workspace=tool.workspace,
+            resources=path_resources(definition.path_arguments, tool.workspace),
+        ),
+        takes_self=True,
     )
 
 

@@ -190,7 +190,7 @@ def _build(
     timeout: float | None,
     is_recursive: bool,
     classifier: Callable[[Mapping[str, Any]], SideEffects] | None,
-    resources: Mapping[str, float] | None = None,
+    resource_hints: Mapping[str, float] | None = None,
 ) -> FunctionTool:
     tool_name = name or fn.__name__
     where = f"function tool {tool_name!r}"
@@ -208,7 +208,7 @@ def _build(
         is_recursive=is_recursive,
         timeout=timeout,
         classifier=classifier,
-        resources={} if resources is None else resources,
+        resource_hints={} if resource_hints is None else resource_hints,
     )
     return FunctionTool(
         definition,
@@ -264,7 +264,7 @@ def function_tool(
     timeout: float | None = None,
     is_recursive: bool = False,
     classifier: Callable[[Mapping[str, Any]], SideEffects] | None = None,
-    resources: Mapping[str, float] | None = None,
+    resource_hints: Mapping[str, float] | None = None,
 ) -> Callable[[Callable[..., Any]], FunctionTool]: ...
 def function_tool(
     fn: Callable[..., Any] | None = None,
@@ -276,7 +276,7 @@ def function_tool(
     timeout: float | None = None,
     is_recursive: bool = False,
     classifier: Callable[[Mapping[str, Any]], SideEffects] | None = None,
-    resources: Mapping[str, float] | None = None,
+    resource_hints: Mapping[str, float] | None = None,
 ) -> FunctionTool | Callable[[Callable[..., Any]], FunctionTool]:
     """Turn a sync or async function into a tool; usable as a decorator.
 
@@ -302,7 +302,7 @@ def function_tool(
         description: defaults to the docstring's first paragraph.
         side_effects: what the function is capable of; defaults to the unsafe
             ``EXECUTE`` so nothing runs concurrently by accident.
-        timeout, is_recursive, classifier, resources: as in ``ToolDefinition``.
+        timeout, is_recursive, classifier, resource_hints: as in ``ToolDefinition``.
 
     Raises:
         RegistrationError: a parameter's annotation has no JSON Schema mapping
@@ -312,7 +312,7 @@ def function_tool(
 
     def wrap(f: Callable[..., Any]) -> FunctionTool:
         return _build(
-            f, name, description, side_effects, timeout, is_recursive, classifier, resources
+            f, name, description, side_effects, timeout, is_recursive, classifier, resource_hints
         )
 
     return wrap(fn) if fn is not None else wrap

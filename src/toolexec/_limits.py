@@ -9,7 +9,9 @@ sub-agent's) gets *fresh* concurrent-mutator and per-tool limiters and
 concurrent-mutator permit while their child runs; since the child has its
 own concurrent-mutator pool and no non-recursive call waits while holding a
 permit, no cycle of waits can form, so the tree cannot deadlock, while
-default mutators stay serial across the whole tree.
+default mutators stay serial across the whole tree. The shared pools admit
+the agents of the tree in turn, each through its own lane (``_fairness``),
+so no agent's calls can crowd out a sibling's.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from typing import TYPE_CHECKING
 import attrs
 import trio
 
+from ._fairness import FairLimiter, Lane
 from ._types import RoutingClass
 
 if TYPE_CHECKING:
@@ -40,6 +43,10 @@ def _caps(_inst: object, _attr: object, value: Mapping[str, int]) -> None:
 
 def _names(names: Iterable[str]) -> frozenset[str]:
     return frozenset(names)
+
+
+ClassPool = trio.CapacityLimiter | Lane
+"""A class's pool as an executor sees it: trio's limiter, or its lane of a shared one."""
 
 
 @attrs.frozen
@@ -90,29 +97,40 @@ class ExecutorStatistics:
     calls_in_flight: int
 
 
-def _snapshot(limiter: trio.CapacityLimiter) -> PoolStatistics:
+def _snapshot(limiter: trio.CapacityLimiter | FairLimiter) -> PoolStatistics:
     s = limiter.statistics()
     return PoolStatistics(int(s.total_tokens), s.borrowed_tokens, s.tasks_waiting)
 
 
 @attrs.define(eq=False)
 class Pools:
-    """The limiters one executor admits calls through."""
+    """The limiters one executor admits calls through.
+
+    The shared read and serial-mutator pools are ``FairLimiter`` s: this
+    executor admits through its own lane of each (``by_class``), so the
+    agents of a tree take turns in them (``_fairness``).
+    """
 
     config: ConcurrencyConfig
-    read: trio.CapacityLimiter
-    serial_mut: trio.CapacityLimiter
+    read: FairLimiter
+    serial_mut: FairLimiter
+    # The parent executor's lanes of the read and serial pools (None: a root).
+    parent_lanes: tuple[Lane, Lane] | None = None
     concurrent_mut: trio.CapacityLimiter = attrs.field(init=False)
     per_tool: dict[str, trio.CapacityLimiter] = attrs.field(init=False)
-    by_class: dict[RoutingClass, trio.CapacityLimiter] = attrs.field(init=False)
+    by_class: dict[RoutingClass, ClassPool] = attrs.field(init=False)
 
     def __attrs_post_init__(self) -> None:
         self.concurrent_mut = trio.CapacityLimiter(self.config.concurrent_mut_width)
         self.per_tool = {n: trio.CapacityLimiter(c) for n, c in self.config.per_tool.items()}
+        if self.parent_lanes is None:
+            read, serial = self.read.lane(), self.serial_mut.lane()
+        else:
+            read, serial = (lane.child() for lane in self.parent_lanes)
         self.by_class = {
-            RoutingClass.READ_ONLY: self.read,
+            RoutingClass.READ_ONLY: read,
             RoutingClass.CONCURRENT_MUT: self.concurrent_mut,
-            RoutingClass.SERIAL_MUT: self.serial_mut,
+            RoutingClass.SERIAL_MUT: serial,
         }
 
     @classmethod
@@ -120,13 +138,17 @@ class Pools:
         """Fresh limiters of the configured widths."""
         return cls(
             config,
-            trio.CapacityLimiter(config.read_width),
-            trio.CapacityLimiter(config.serial_mut_width),
+            FairLimiter(config.read_width),
+            FairLimiter(config.serial_mut_width),
         )
 
     def fork(self) -> Pools:
         """Shared read and serial limiters; fresh concurrent and per-tool ones."""
-        return Pools(self.config, self.read, self.serial_mut)
+        lanes = (self.by_class[RoutingClass.READ_ONLY], self.by_class[RoutingClass.SERIAL_MUT])
+        read, serial = lanes
+        assert isinstance(read, Lane)
+        assert isinstance(serial, Lane)
+        return Pools(self.config, self.read, self.serial_mut, (read, serial))
 
     def statistics(self, calls_in_flight: int) -> ExecutorStatistics:
         """A snapshot of every limiter."""

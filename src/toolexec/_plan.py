@@ -94,6 +94,9 @@ class RunPlan:
     call_indices: tuple[int, ...]
     call_ids: tuple[str, ...]
     tool_names: tuple[str, ...]
+    #: Ordered by resources (``resource_conflicts=True``), not as one class:
+    #: each call waits only for earlier calls touching what it touches.
+    keyed: bool = False
 
 
 @attrs.frozen
@@ -111,7 +114,7 @@ class BatchPlan:
         none can break a line or send a terminal control sequence.
         """
         lines = [
-            f"run {r.index} {r.routing.value}: "
+            f"run {r.index} {'keyed' if r.keyed else r.routing.value}: "
             + ", ".join(
                 f"{display_text(cid)} {display_text(name)}"
                 for cid, name in zip(r.call_ids, r.tool_names, strict=True)

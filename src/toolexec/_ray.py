@@ -121,7 +121,7 @@ def _remote_function() -> Any:
 def _check_hints(_inst: object, _attr: object, value: Mapping[str, float]) -> None:
     problem = resource_problem(value)
     if problem is not None:
-        raise ValueError(f"RayBackend resources {problem}")
+        raise ValueError(f"RayBackend resource_hints {problem}")
 
 
 def _check_address(_inst: object, _attr: object, value: str | None) -> None:
@@ -179,8 +179,8 @@ class RayBackend:
             log_to_driver=False)``, once). ``None``: the process must call
             ``ray.init`` itself, and a call made before gets an error result
             saying so.
-        resources: default hints for every call (``num_cpus``, ``num_gpus``,
-            ``memory`` in bytes). A tool's ``ToolDefinition.resources``
+        resource_hints: default hints for every call (``num_cpus``, ``num_gpus``,
+            ``memory`` in bytes). A tool's ``ToolDefinition.resource_hints``
             overrides them, and the grant's limits with the same keys
             override both.
 
@@ -190,7 +190,7 @@ class RayBackend:
     """
 
     address: str | None = attrs.field(default=None, validator=_check_address)
-    resources: Mapping[str, float] = attrs.field(factory=dict, validator=_check_hints)
+    resource_hints: Mapping[str, float] = attrs.field(factory=dict, validator=_check_hints)
     _init_lock: threading.Lock = attrs.field(factory=threading.Lock, init=False, repr=False)
 
     def __attrs_post_init__(self) -> None:
@@ -209,7 +209,7 @@ class RayBackend:
             raise ToolError(
                 f"Tool '{tool.definition.name}' cannot run on Ray: the grant's limits: {problem}"
             )
-        hints = {**self.resources, **tool.definition.resources, **from_grant}
+        hints = {**self.resource_hints, **tool.definition.resource_hints, **from_grant}
         return {"max_retries": 0, "name": f"toolexec:{tool.definition.name}", **hints}
 
     async def run(self, tool: Tool, arguments: Mapping[str, Any], ctx: ToolContext) -> ToolOutput:

@@ -57,6 +57,7 @@ import attrs
 import trio
 
 from ._errors import ToolError
+from ._path_keys import everything_for
 from ._process import OutputCapture, PipeCollector, open_group_process, reap, supervise
 from ._reaper import Attempt, encode_env, open_reaped, supervise_reaped
 from ._shell_classify import classify_arguments
@@ -217,6 +218,7 @@ def _definition(default_timeout: float, max_timeout: float, safe_path: bool) -> 
         side_effects=SideEffects.EXECUTE,
         timeout=max_timeout + 60,
         classifier=classify_arguments if safe_path else None,
+        resources=everything_for(classify_arguments if safe_path else None),
     )
 
 

@@ -14,8 +14,10 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
 import attrs
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Iterable
     from pathlib import Path
+
+    from ._resource_keys import Resource
 
 __all__ = [
     "ContentBlock",
@@ -266,10 +268,10 @@ def resource_problem(hints: object) -> str | None:
     return None
 
 
-def _check_resources(_inst: object, _attr: object, value: Mapping[str, float]) -> None:
+def _check_resource_hints(_inst: object, _attr: object, value: Mapping[str, float]) -> None:
     problem = resource_problem(value)
     if problem is not None:
-        raise ValueError(f"ToolDefinition resources {problem}")
+        raise ValueError(f"ToolDefinition resource_hints {problem}")
 
 
 def _check_timeout(_inst: object, _attr: object, value: float | None) -> None:
@@ -299,10 +301,15 @@ class ToolDefinition:
             tool has one (the built-in file tools set it), so that policies
             judge a path where it really leads even when they were given no
             workspace themselves.
-        resources: what one call needs where it is scheduled (``num_cpus``,
+        resource_hints: what one call needs where it is scheduled (``num_cpus``,
             ``num_gpus``, ``memory`` in bytes); backends that place work on a
             cluster (``RayBackend``) reserve it, the host ignores it. A
             grant's limits with the same keys take precedence.
+        resources: optional ``(arguments) -> iterable of Resource``: what one
+            call reads and writes, for executors built with
+            ``resource_conflicts=True`` (docs/resources.md). It is called in
+            a worker thread when the call's run starts. Tools without it keep
+            their class behaviour.
     """
 
     name: str
@@ -318,7 +325,10 @@ class ToolDefinition:
     )
     path_arguments: Mapping[str, str] = attrs.field(factory=dict)
     workspace: PathResolver | None = attrs.field(default=None, eq=False, repr=False)
-    resources: Mapping[str, float] = attrs.field(factory=dict, validator=_check_resources)
+    resource_hints: Mapping[str, float] = attrs.field(factory=dict, validator=_check_resource_hints)
+    resources: Callable[[Mapping[str, Any]], Iterable[Resource]] | None = attrs.field(
+        default=None, eq=False, repr=False
+    )
 
     @property
     def effective_timeout(self) -> float:
