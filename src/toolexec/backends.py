@@ -16,13 +16,18 @@ Example::
             return await tool.execute(arguments, ctx)
 
     assert isinstance(Recorded(), Backend)
+
+``SubprocessBackend`` runs calls in a child process, isolated by bubblewrap,
+``unshare`` or resource limits alone, whichever is the best the machine
+offers (docs/sandbox.md).
 """
 
 from __future__ import annotations
 
 from ._backend import Backend, HostBackend
 from ._public import fixup_module_metadata as _fixup_module_metadata
+from ._sandbox import Detection, SandboxLimits, SubprocessBackend
 
-__all__ = ["Backend", "HostBackend"]
+__all__ = ["Backend", "Detection", "HostBackend", "SandboxLimits", "SubprocessBackend"]
 
 _fixup_module_metadata(__name__, __all__)
