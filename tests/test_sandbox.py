@@ -14,8 +14,8 @@ import json
 import logging
 import os
 import shutil
-import subprocess
 import socket
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -28,8 +28,8 @@ import trio.testing
 import sandbox_tools
 from conftest import process_alive
 from toolexec import (
-    SideEffects,
     ErrorClass,
+    SideEffects,
     ToolCall,
     ToolExecutor,
     ToolOutput,
