@@ -88,6 +88,8 @@ LAYERS: dict[str, str] = {
     **dict.fromkeys(
         ["formats", "_adapters", "mcp", "openapi", "otel", "aio", "testing"], "integrations"
     ),
+    # The subprocess sandbox (bubblewrap through the optional "sandbox" extra).
+    **dict.fromkeys(["_sandbox", "_sandbox_child", "_sandbox_codec"], "integrations"),
     **dict.fromkeys(["_cli", "_cli_sources"], "cli"),
     # The public face: re-exports only.
     **dict.fromkeys(

@@ -55,6 +55,7 @@ from ._executor import ToolExecutor
 from ._policy import AllowAll
 from ._registry import ToolRegistry
 from ._rules import RulePolicy
+from ._sandbox import SubprocessBackend
 from ._trace import TraceRecorder
 from ._workspace import Workspace
 
@@ -345,6 +346,8 @@ async def _run(
         workspace=job.workspace,
         approver=AutoApprover(by="--yes") if args.yes else TerminalApprover(stdin, stderr),
         approval=job.approval,
+        # A policy file's rules may send calls to the subprocess sandbox (docs/sandbox.md).
+        backends={"subprocess": SubprocessBackend()},
     )
     batch = executor.prepare(job.calls)
     if not args.quiet:
