@@ -25,6 +25,7 @@ PAGES = [
     "observability.md",
     "security.md",
     "testing.md",
+    "sandbox.md",
 ]
 
 FENCE = re.compile(r"^```(python|output)\n(.*?)^```", flags=re.DOTALL | re.MULTILINE)
