@@ -31,6 +31,7 @@ from toolexec import (
     ErrorClass,
     SideEffects,
     ToolCall,
+    ToolError,
     ToolExecutor,
     ToolOutput,
     ToolRegistry,
@@ -227,7 +228,7 @@ async def main():
         executor = _executor(Path({workspace!r}), level, {{"processes": 8}})
         # A bash fork bomb: bash retries a failed fork with a growing pause, so it
         # stalls at the limit until the call's time is up.
-        bomb = await _shell(executor, "b() {{ b | b & }}; b; sleep 30", timeout=2)
+        bomb = await _shell(executor, "b() {{ b | b & }}; b; sleep 30", timeout=1)
         python = os.path.realpath(sys.executable)
         forks = await _shell(executor, python + " -I -S -c " + shlex.quote(FORKS), timeout=20)
         figures[level] = [bomb.error_class.value, bomb.text, forks.text]
@@ -350,13 +351,14 @@ async def test_bad_limits_are_errors_naming_the_allowed_keys(workspace: Path) ->
     assert not (workspace / "ran.txt").exists()
     result = await _shell(_executor(workspace, "rlimits", {"cpu_seconds": -1}), "true")
     assert "grant limits.cpu_seconds: a positive whole number, got -1" in result.text
-    for bad, message in [
+    cases: list[tuple[dict[str, object], str]] = [
         ({"network": "yes"}, "true or false"),
         ({"workspace": "w"}, "'ro' or 'rw'"),
         ({"min_isolation": "docker"}, "one of bwrap, unshare, rlimits"),
         ({"env_allow": "PATH"}, "a list of environment variable names"),
         ({"open_files": True}, "a positive whole number"),
-    ]:
+    ]
+    for bad, message in cases:
         with pytest.raises(ValueError, match=message):
             SandboxLimits.parse(bad)
     with pytest.raises(ValueError, match="unknown limit"):
@@ -513,8 +515,8 @@ async def test_tools_the_sandbox_cannot_import_are_errors(workspace: Path) -> No
     assert "define it at a module's top level" in outcome.results[0].text
     assert "is a lambda" in outcome.results[1].text
     backend = SubprocessBackend(levels=("rlimits",))
-    with pytest.raises(Exception, match="this is a Other"):
-        await backend.run(Other(), {}, _context())  # type: ignore[arg-type]
+    with pytest.raises(ToolError, match="this is a Other"):
+        await backend.run(Other(), {}, _context())
 
 
 def _context() -> Any:

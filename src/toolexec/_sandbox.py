@@ -31,6 +31,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
+import marshal
 import math
 import os
 import shutil
@@ -45,7 +46,7 @@ from . import _sandbox_child
 from ._errors import ToolError
 from ._process import OutputCapture, PipeCollector, open_group_process, reap, supervise
 from ._sandbox_codec import context_to_json, locate, output_from_json
-from ._shell import DEFAULT_ENV_ALLOW, ShellTool, _Ended, _streamer
+from ._shell import DEFAULT_ENV_ALLOW, ShellTool, _Ended, _streamer, shell_output
 from ._types import ErrorClass, ToolOutput
 
 if TYPE_CHECKING:
@@ -533,7 +534,7 @@ class _Run:
         lost = code is None and not timed_out
         ended = _Ended(code, timed_out, None, None, lost)
         try:
-            output = tool._result(command, ended, out, err, duration, limit)  # noqa: SLF001
+            output = shell_output(command, ended, out, err, duration, limit)
         except ToolError as exc:
             raise ToolError(
                 exc.message,
@@ -682,7 +683,11 @@ class _Run:
         if "processes" in rlimits and self.level != "rlimits":
             rlimits["processes"] += 1  # the namespace also holds the launcher
         request = {**work, **setup, "rlimits": rlimits}
-        data = (_json_dumps(request) + "\n").encode()
+        try:
+            body = marshal.dumps(request)
+        except ValueError as exc:  # a value marshal cannot hold: not JSON
+            raise ToolError(f"The call's arguments cannot be sent to the sandbox: {exc}") from None
+        data = len(body).to_bytes(8, "big") + body
         reports = _Reports()
         grace = self.ctx.grace_period
         try:
@@ -783,9 +788,3 @@ class _Run:
                 self.ctx.update(output_from_json(message.get("output")))
         elif op in ("result", "error", "crash") and reports.final is None:
             reports.final = message
-
-
-def _json_dumps(value: Any) -> str:
-    import json
-
-    return json.dumps(value, default=repr)

@@ -24,13 +24,18 @@ which ends the pid namespace, or outside one by killing its process group.
 
 from __future__ import annotations
 
-import json
+# Only modules written in C until a function tool runs: every call starts this
+# interpreter, so each import is paid per call (``signal``, ``json`` and
+# ``typing`` would pull in ``enum`` and ``re``).
+import _signal as signal  # type: ignore[import-not-found]
+import marshal
 import os
 import select
-import signal
 import sys
-import traceback
-from typing import Any
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 _RLIMITS = {
     "cpu_seconds": "RLIMIT_CPU",
@@ -49,21 +54,36 @@ _SYS_MOUNT_SETATTR = 442  # the same number on every architecture (a new syscall
 
 
 def _report(fd: int, message: dict[str, Any]) -> None:
-    data = (json.dumps(message, default=repr) + "\n").encode()
+    """Write one JSON line (``started`` and ``exit`` without importing ``json``)."""
+    op = message["op"]
+    if op == "started":
+        text = '{"op": "started"}'
+    elif op == "exit" and "code" in message:
+        text = f'{{"op": "exit", "code": {int(message["code"])}}}'
+    elif op == "exit":
+        text = f'{{"op": "exit", "signal": {int(message["signal"])}}}'
+    else:
+        import json
+
+        text = json.dumps(message, default=repr)
+    data = (text + "\n").encode()
     while data:
         data = data[os.write(fd, data) :]
 
 
 def _read_request(fd: int) -> dict[str, Any]:
-    chunks = []
-    while True:
+    """Read the request: its length (8 bytes, big-endian), then it, marshalled."""
+    data = b""
+    size = None
+    while size is None or len(data) < size:
         chunk = os.read(fd, 1 << 16)
         if not chunk:
             raise OSError("the request ended early")
-        chunks.append(chunk)
-        if chunk.endswith(b"\n"):
-            request: dict[str, Any] = json.loads(b"".join(chunks))
-            return request
+        data += chunk
+        if size is None and len(data) >= 8:
+            size, data = int.from_bytes(data[:8], "big"), data[8:]
+    request: dict[str, Any] = marshal.loads(data)
+    return request
 
 
 # -- mounts (the unshare level) ------------------------------------------------------
@@ -181,6 +201,8 @@ def _run_function(request: dict[str, Any], report_fd: int) -> None:
             },
         )
     except BaseException as exc:  # the host reads it as the tool's crash
+        import traceback
+
         text = "".join(traceback.format_exception(exc))
         _report(report_fd, {"op": "crash", "message": f"{type(exc).__name__}: {exc}", "tb": text})
 
