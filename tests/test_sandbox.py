@@ -10,6 +10,7 @@ configuring the backend with a ``bwrap`` that does not exist.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -534,3 +535,49 @@ def test_the_launcher_imports_toolexec_only_to_run_a_function() -> None:
     assert "from toolexec" not in before
     assert "import toolexec" not in before
     assert "from toolexec" in after.split("\ndef ", 1)[0]
+
+
+_HOST_DRIVER = """
+import sys
+sys.path[:0] = {paths!r}
+import trio
+from pathlib import Path
+from test_sandbox import _executor, _shell
+
+async def main():
+    async with trio.open_nursery() as nursery:
+        for level in {levels!r}:
+            executor = _executor(Path({workspace!r}), level, {{"workspace": "rw"}})
+            command = f"readlink /proc/self/ns/pid > {{level}}.ns; sleep 60"
+            nursery.start_soon(_shell, executor, command)
+
+trio.run(main)
+"""
+
+
+async def test_the_sandbox_ends_when_toolexec_dies(workspace: Path) -> None:
+    levels = []
+    for level in NAMESPACE_LEVELS:
+        try:
+            await _require(level)
+            levels.append(level)
+        except pytest.skip.Exception:
+            continue
+    if not levels:
+        pytest.skip("this machine has no namespace sandbox")
+    paths = [str(Path(__file__).parent), *sys.path]
+    driver = _HOST_DRIVER.format(paths=paths, levels=levels, workspace=str(workspace))
+    with trio.fail_after(60):  # a hang guard only
+        async with trio.open_nursery() as nursery:
+            host = await nursery.start(
+                functools.partial(trio.run_process, [sys.executable, "-c", driver], check=False)
+            )
+            # No event tells when the sandboxes are up: look for what they write.
+            while not all((workspace / f"{level}.ns").exists() for level in levels):
+                await trio.sleep(0.02)
+            namespaces = [(workspace / f"{level}.ns").read_text().strip() for level in levels]
+            assert all(_namespace_members(ns) for ns in namespaces)
+            host.kill()  # SIGKILL: toolexec cleans nothing up
+        # The launchers see their request pipes close and end their namespaces.
+        while any(_namespace_members(ns) for ns in namespaces):
+            await trio.sleep(0.02)
