@@ -36,3 +36,9 @@ def hog(megabytes: int) -> int:
 def plain(text: str) -> str:
     """A plain function, registered wrapped by the test."""
     return text.upper()
+
+
+@function_tool(side_effects=SideEffects.READ)
+def big(size: int) -> str:
+    """Return ``size`` characters."""
+    return "x" * size

@@ -581,3 +581,13 @@ async def test_the_sandbox_ends_when_toolexec_dies(workspace: Path) -> None:
         # The launchers see their request pipes close and end their namespaces.
         while any(_namespace_members(ns) for ns in namespaces):
             await trio.sleep(0.02)
+
+
+async def test_a_function_sending_back_too_much_is_an_error(workspace: Path) -> None:
+    executor = _executor(workspace, "rlimits", max_report_bytes=100_000)
+    executor.registry.register(sandbox_tools.big)
+    outcome = await executor.execute_batch(
+        [ToolCall("1", "big", {"size": 1_000_000}), ToolCall("2", "big", {"size": 10})]
+    )
+    assert "sent back more than 100000 bytes" in outcome.results[0].text
+    assert outcome.results[1].text == "x" * 10

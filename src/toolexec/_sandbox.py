@@ -76,6 +76,8 @@ LIMIT_KEYS = {
 }
 _INT_KEYS = ("cpu_seconds", "memory_bytes", "open_files", "file_size_bytes", "processes")
 
+#: Where resolv.conf may point, kept visible when the grant allows the network.
+_RESOLVER_DIRS = ("/run/systemd/resolve", "/run/resolvconf", "/run/NetworkManager")
 #: How long a probe of a level may take.
 _PROBE_SECONDS = 10.0
 #: How long reports are still read once the sandbox has ended.
@@ -635,6 +637,8 @@ class _Run:
         if self.level == "rlimits":
             return _launch(), {"cwd": workspace or os.getcwd(), "own_pid_ns": False}
         hidden = _hidden()
+        if self.limits.network:  # name resolution may live under /run
+            keep = [*keep, *_RESOLVER_DIRS]
         kept = _keep(
             [sys.base_prefix, sys.base_exec_prefix, os.path.dirname(_python()), *keep],
             hidden,
@@ -761,6 +765,7 @@ class _Run:
                     self._take(line, reports)
                 if len(buffer) > limit:
                     reports.oversized = True
+                    await stream.aclose()  # a writer still writing gets EPIPE, and ends
                     return
         finally:
             reports.eof.set()
