@@ -20,10 +20,12 @@ Theory of operation.
   work does, which ends the pid namespace and everything left in it.
 * *Ending*: the wrapper leads a process group of its own (``_process``); on
   timeout or cancellation the group gets SIGTERM, the grace period, then
-  SIGKILL. In a namespace the namespace's first process stays in that group
-  (bwrap's own, or the launcher), so once the group is empty the namespace
-  is gone, whatever the command did with sessions and groups. If toolexec
-  dies, the launcher sees its request pipe close and ends the work.
+  SIGKILL. In a namespace the launcher is the namespace's first process
+  (``bwrap --as-pid-1``, ``unshare --fork``) and stays in that group, so once
+  the group is empty the namespace is gone, whatever the command did with
+  sessions and groups; and when the work exits, the launcher exits with it,
+  which ends what the work left running. If toolexec dies, the launcher sees
+  its request pipe close and ends the work.
 """
 
 from __future__ import annotations
