@@ -591,3 +591,13 @@ async def test_a_function_sending_back_too_much_is_an_error(workspace: Path) -> 
     )
     assert "sent back more than 100000 bytes" in outcome.results[0].text
     assert outcome.results[1].text == "x" * 10
+
+
+async def test_cpu_and_open_file_limits_are_set(workspace: Path) -> None:
+    executor = _executor(workspace, "rlimits", {"cpu_seconds": 1, "open_files": 64})
+    result = await _shell(executor, "ulimit -n; ulimit -t")
+    assert result.text.split("stdout:\n", 1)[1].split() == ["64", "1"]
+    with trio.fail_after(60):  # a hang guard only: one second of CPU, however busy the machine
+        result = await _shell(executor, "while :; do :; done")
+    assert result.is_error
+    assert "SIGXCPU" in result.text
