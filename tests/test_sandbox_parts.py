@@ -13,13 +13,16 @@ import marshal
 import os
 import sys
 import threading
+from pathlib import Path
 from typing import Any
 
+import coverage
 import pytest
 import trio
 
 import sandbox_tools
 from toolexec import ImageContent, JsonContent, TextContent, ToolContext, ToolOutput
+from toolexec import _sandbox as sandbox
 from toolexec import _sandbox_child as child
 from toolexec._errors import ToolError
 from toolexec._sandbox import Detection, _describe_signal, _keep, find_bwrap
@@ -154,7 +157,7 @@ def test_outputs_cross_the_pipe_whole() -> None:
             output_from_json(bad)
 
 
-def test_a_context_crosses_the_pipe(tmp_path: Any) -> None:
+def test_a_context_crosses_the_pipe(tmp_path: Path) -> None:
     from toolexec import Workspace
     from toolexec.policy import ExecutionGrant
 
@@ -208,3 +211,61 @@ async def test_a_missing_unshare_is_a_reason() -> None:
     bad = SubprocessBackend(levels=("bwrap",), bwrap="/bin/false")
     found = await bad.detect()
     assert "fails here" in found.reasons["bwrap"]
+
+
+@pytest.fixture
+def measured_launcher(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Start the launcher as a file, under coverage when the suite measures it."""
+    measuring = coverage.Coverage.current()
+    program = child.__file__
+    if measuring is None:
+        command = [sys.executable, "-I", "-S", program]
+    else:
+        script = str(Path(__file__).with_name("cover_supervisor.py"))
+        data_file = os.path.abspath(measuring.config.data_file)
+        command = [sys.executable, script, data_file, program]
+    monkeypatch.setattr(sandbox, "_launch", lambda: command)
+
+
+async def test_the_launcher_as_a_plain_child(measured_launcher: None, tmp_path: Path) -> None:
+    from toolexec import ToolCall, ToolExecutor, ToolRegistry, Workspace, function_tool
+    from toolexec.policy import Allow, ExecutionGrant
+    from toolexec.tools import ShellTool
+
+    class Route:
+        def decide(self, definition: object, arguments: object, agent_path: str) -> Allow:
+            return Allow(ExecutionGrant(sandbox="subprocess", limits={"open_files": 64}))
+
+    registry = ToolRegistry()
+    registry.register(ShellTool(Workspace(tmp_path)))
+    registry.register(sandbox_tools.where)
+    registry.register(sandbox_tools.refuse)
+    registry.register(function_tool(name="plain")(sandbox_tools.plain))
+    backend = SubprocessBackend(levels=("rlimits",))
+    executor = ToolExecutor(
+        registry, policy=Route(), backends={"subprocess": backend}, workspace=Workspace(tmp_path)
+    )
+    outcome = await executor.execute_batch(
+        [
+            ToolCall("1", "shell", {"command": "ulimit -n"}),
+            ToolCall("2", "shell", {"command": "kill -TERM $$"}),
+            ToolCall("3", "where", {}),
+            ToolCall("4", "refuse", {"reason": "r"}),
+            ToolCall("5", "plain", {"text": "p"}),
+        ]
+    )
+    texts = [r.text for r in outcome.results]
+    assert texts[0].endswith("stdout:\n64"), texts[0]
+    assert "killed by signal SIGTERM" in texts[1]
+    assert json.loads(texts[2])["tool"] == "where"
+    assert texts[3] == "refused: r"
+    assert texts[4] == "P"
+    # A set-up that fails (a working directory that is gone) runs nothing, and says why.
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    registry2 = ToolRegistry()
+    registry2.register(ShellTool(Workspace(gone)))
+    gone.rmdir()
+    executor2 = ToolExecutor(registry2, policy=Route(), backends={"subprocess": backend})
+    outcome = await executor2.execute_batch([ToolCall("1", "shell", {"command": "true"})])
+    assert "could not be set up" in outcome.results[0].text
