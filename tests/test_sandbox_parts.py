@@ -8,6 +8,7 @@ it for real.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import marshal
 import os
@@ -269,3 +270,26 @@ async def test_the_launcher_as_a_plain_child(measured_launcher: None, tmp_path: 
     executor2 = ToolExecutor(registry2, policy=Route(), backends={"subprocess": backend})
     outcome = await executor2.execute_batch([ToolCall("1", "shell", {"command": "true"})])
     assert "could not be set up" in outcome.results[0].text
+
+
+def test_the_launcher_sets_every_limit() -> None:
+    """Limits far above anything a test uses, on this process, put back after."""
+    import resource
+
+    names = {
+        "memory_bytes": resource.RLIMIT_AS,
+        "file_size_bytes": resource.RLIMIT_FSIZE,
+        "processes": resource.RLIMIT_NPROC,
+    }
+    saved = {key: resource.getrlimit(which) for key, which in names.items()}
+    huge = 1 << 40
+    try:
+        child._set_limits(dict.fromkeys(names, huge))
+        for key, which in names.items():
+            limit = saved[key][1]
+            expected = huge if limit == resource.RLIM_INFINITY else min(huge, limit)
+            assert resource.getrlimit(which)[0] == expected
+    finally:
+        for key, which in names.items():
+            with contextlib.suppress(ValueError, OSError):  # raising a hard limit needs root
+                resource.setrlimit(which, saved[key])

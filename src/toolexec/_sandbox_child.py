@@ -165,7 +165,9 @@ def _set_limits(limits: dict[str, int]) -> None:
         if hard != resource.RLIM_INFINITY:
             value = min(value, hard)
         # A CPU limit warns with SIGXCPU first; a second later the kernel kills.
-        high = value + 1 if key == "cpu_seconds" and hard == resource.RLIM_INFINITY else value
+        high = value
+        if key == "cpu_seconds" and (hard == resource.RLIM_INFINITY or hard > value):
+            high = value + 1 if hard == resource.RLIM_INFINITY else min(value + 1, hard)
         resource.setrlimit(which, (value, high))
 
 
