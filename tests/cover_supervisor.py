@@ -4,7 +4,9 @@ The supervisor program (``toolexec/_supervisor.py``) only runs in a child
 process, and its workers in children of that. When the suite measures
 coverage, ``conftest.py`` has the reaper start it through this script::
 
-    python cover_supervisor.py DATA_FILE PROGRAM FD
+    python cover_supervisor.py DATA_FILE PROGRAM ARGS...
+
+(``test_sandbox_parts.py`` runs the subprocess sandbox's launcher the same way.)
 
 The supervisor, and each worker it forks (coverage restarts in the child),
 save their data next to the suite's (``DATA_FILE`` plus a suffix) when they
@@ -30,7 +32,7 @@ def _start(data_file: str, package: str) -> coverage.Coverage:
 
 
 def main() -> None:
-    data_file, program, fd = sys.argv[1:]
+    data_file, program, *args = sys.argv[1:]
     package = os.path.dirname(program)
     measuring = [_start(data_file, package)]
 
@@ -50,7 +52,7 @@ def main() -> None:
 
     os.register_at_fork(after_in_child=restart_in_child)
     os._exit = exit_saving
-    sys.argv = [program, fd]
+    sys.argv = [program, *args]
     try:
         runpy.run_path(program, run_name="__main__")
     finally:

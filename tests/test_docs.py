@@ -29,6 +29,7 @@ PAGES = [
     "security.md",
     "testing.md",
     "resources.md",
+    "sandbox.md",
 ]
 
 FENCE = re.compile(r"^```(python|output)\n(.*?)^```", flags=re.DOTALL | re.MULTILINE)

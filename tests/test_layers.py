@@ -102,6 +102,8 @@ LAYERS: dict[str, str] = {
     **dict.fromkeys(["streams"], "integrations"),
     # Remote workers: the wire format, the backend and the worker's HTTP service.
     **dict.fromkeys(["_remote_wire", "_remote", "_remote_worker"], "integrations"),
+    # The subprocess sandbox (bubblewrap through the optional "sandbox" extra).
+    **dict.fromkeys(["_sandbox", "_sandbox_child", "_sandbox_codec"], "integrations"),
     **dict.fromkeys(["_cli", "_cli_sources"], "cli"),
     **dict.fromkeys(["_remote_cli"], "cli"),
     # The public face: re-exports only.

@@ -58,6 +58,7 @@ from ._ray import RayBackend
 from ._registry import ToolRegistry
 from ._remote_cli import add_serve_options, serve_command
 from ._rules import RulePolicy
+from ._sandbox import SubprocessBackend
 from ._trace import TraceRecorder
 from ._workspace import Workspace
 
@@ -420,21 +421,24 @@ class _RoutedTo:
 def _backends(
     args: argparse.Namespace, policy: ToolPolicy
 ) -> tuple[dict[str, Backend], ToolPolicy]:
-    """The backends ``--backend``/``--ray-address`` ask for, and the policy routing to them."""
+    """The backends of the run, and the policy routing to them: the subprocess
+    sandbox, which a policy file's rules may name (docs/sandbox.md), and Ray
+    when ``--ray-address`` is given (``--backend ray`` sends every call there)."""
+    backends: dict[str, Backend] = {"subprocess": SubprocessBackend()}
     if args.ray_address is None:
         if args.backend == "ray":
             raise UsageError(
                 "--backend ray needs --ray-address ADDR: the address of a running Ray "
                 "cluster ('auto' finds the one started on this machine with 'ray start')"
             )
-        return {}, policy
+        return backends, policy
     try:
-        backend = RayBackend(address=args.ray_address)
+        backends["ray"] = RayBackend(address=args.ray_address)
     except (ImportError, ValueError) as exc:
         raise UsageError(f"--ray-address: {exc}") from None
     if args.backend == "ray":
         policy = _RoutedTo(policy, "ray")
-    return {"ray": backend}, policy
+    return backends, policy
 
 
 def _isatty(stream: TextIO) -> bool:

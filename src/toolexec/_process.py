@@ -96,11 +96,13 @@ async def open_group_process(
     executable: str | None = None,
     cwd: str | None = None,
     env: dict[str, str] | None = None,
+    pass_fds: Sequence[int] = (),
 ) -> trio.Process:
     """Start ``argv`` as the leader of a new session and process group.
 
     ``stdin``, ``stdout`` and ``stderr`` are what ``subprocess`` takes (a
-    descriptor, ``subprocess.PIPE``, ``subprocess.DEVNULL``). End it with
+    descriptor, ``subprocess.PIPE``, ``subprocess.DEVNULL``); ``pass_fds``
+    are more descriptors the child keeps, at the same numbers. End it with
     ``reap`` on every path.
     """
     return await trio.lowlevel.open_process(
@@ -112,6 +114,7 @@ async def open_group_process(
         cwd=cwd,
         env=env,
         start_new_session=True,
+        pass_fds=tuple(pass_fds),
     )
 
 

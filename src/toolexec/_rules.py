@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import attrs
 
-from ._policy import ALLOW, Allow, Ask, Decision, Deny, ToolPolicy, tightest
+from ._policy import ALLOW, Allow, Ask, Decision, Deny, ExecutionGrant, ToolPolicy, tightest
 from ._workspace_errors import WorkspaceError, WorkspaceErrorKind
 
 if TYPE_CHECKING:
@@ -180,14 +180,36 @@ def _tool_pattern(_inst: object, _attr: object, value: str) -> None:
         )
 
 
+def _sandbox_name(_inst: object, _attr: object, value: str | None) -> None:
+    if value is not None and (not isinstance(value, str) or not value):
+        raise ValueError(
+            f"sandbox: the name of a backend ('host', 'subprocess', ...), got {value!r}"
+        )
+
+
+def _limits(inst: Rule, _attr: object, value: Mapping[str, Any]) -> None:
+    if not isinstance(value, Mapping) or not all(isinstance(k, str) for k in value):
+        raise ValueError(f"limits: an object mapping limit names to values, got {value!r}")
+    if (value or inst.sandbox is not None) and inst.action == "deny":
+        raise ValueError("a 'deny' rule runs nothing: 'sandbox' and 'limits' go on allow or ask")
+
+
 @attrs.frozen
 class Rule:
-    """``action`` for calls of tools matching ``tool`` whose arguments match ``args``."""
+    """``action`` for calls of tools matching ``tool`` whose arguments match ``args``.
+
+    An ``allow`` or ``ask`` rule may say where the call runs: ``sandbox``
+    names the backend (any name; the executor reports one it does not have
+    when it plans the call) and ``limits`` are handed to it in the grant
+    (``Rule("allow", "shell", sandbox="subprocess", limits={"network": False})``).
+    """
 
     action: Action = attrs.field(validator=_action)
     tool: str = attrs.field(default="*", validator=_tool_pattern)
     args: Mapping[str, Matcher] = attrs.field(factory=dict)
     reason: str = ""
+    sandbox: str | None = attrs.field(default=None, kw_only=True, validator=_sandbox_name)
+    limits: Mapping[str, Any] = attrs.field(factory=dict, kw_only=True, validator=_limits)
     _exact: bool = attrs.field(init=False, repr=False, eq=False)
     _tool_regex: re.Pattern[str] = attrs.field(init=False, repr=False, eq=False)
 
@@ -215,9 +237,10 @@ class Rule:
         """The decision this rule gives."""
         if self.action == "deny":
             return Deny(self.reason or f"the rule for '{self.tool}' denies it")
-        if self.action == "ask":
-            return Ask(self.reason)
-        return ALLOW
+        if self.sandbox is None and not self.limits:
+            return Ask(self.reason) if self.action == "ask" else ALLOW
+        grant = ExecutionGrant(sandbox=self.sandbox or "host", limits=dict(self.limits))
+        return Ask(self.reason, grant) if self.action == "ask" else Allow(grant)
 
 
 _MATCHERS: dict[str, type] = {
@@ -304,6 +327,9 @@ class RulePolicy:
     def from_dict(cls, data: Mapping[str, Any]) -> RulePolicy:
         """Build from ``{"default": ..., "rules": [{"action", "tool", "args", "reason"}]}``.
 
+        An allow or ask rule may also have ``"sandbox"`` (where its calls
+        run) and ``"limits"`` (handed to that backend in the grant).
+
         Raises:
             ValueError: naming the rule and field that is wrong.
         """
@@ -320,7 +346,7 @@ class RulePolicy:
             where = f"rules[{i}]"
             if not isinstance(raw, Mapping) or "action" not in raw:
                 raise ValueError(f"{where}: a rule is an object with at least an 'action'")
-            unknown = set(raw) - {"action", "tool", "args", "reason"}
+            unknown = set(raw) - {"action", "tool", "args", "reason", "sandbox", "limits"}
             if unknown:
                 raise ValueError(f"{where}: unknown keys {sorted(unknown)}")
             raw_args = raw.get("args", {})
@@ -330,9 +356,17 @@ class RulePolicy:
                 )
             args = {k: _matcher_from(v, f"{where}.args.{k}") for k, v in raw_args.items()}
             try:
-                rules.append(Rule(raw["action"], raw.get("tool", "*"), args, raw.get("reason", "")))
+                rule = Rule(
+                    raw["action"],
+                    raw.get("tool", "*"),
+                    args,
+                    raw.get("reason", ""),
+                    sandbox=raw.get("sandbox"),
+                    limits=raw.get("limits", {}),
+                )
             except ValueError as exc:
                 raise ValueError(f"{where}: {exc}") from None
+            rules.append(rule)
         return cls(rules, data.get("default", "allow"))
 
     @classmethod

@@ -445,35 +445,51 @@ class ShellTool:
         duration: float,
         limit: float,
     ) -> ToolOutput:
-        truncated = out.truncated or err.truncated
-        parts = [
-            _describe_end(ended, limit),
-            f"duration {duration:.3f} s",
-            f"output truncated: {'yes' if truncated else 'no'}",
-        ]
-        if ended.killed and not ended.timed_out:
-            parts.append(f"background processes stopped: {ended.killed}")
-        if ended.left:
-            parts.append(f"processes that could not be stopped: {ended.left}")
-        lines = ["; ".join(parts)]
-        for label, capture in (("stdout", out), ("stderr", err)):
-            if capture.total:
-                note = f" ({capture.total} bytes, kept {capture.kept})" if capture.truncated else ""
-                lines.append(f"{label}{note}:\n{capture.text().rstrip(chr(10))}")
-        if not out.total and not err.total:
-            lines.append("(no output)")
-        text = "\n".join(lines)
-        details = {
-            "command": command,
-            "exit_code": ended.code,
-            "duration": duration,
-            "timed_out": ended.timed_out,
-            "truncated": truncated,
-            "stdout_bytes": out.total,
-            "stderr_bytes": err.total,
-            "descendants_killed": ended.killed,
-            "descendants_left": ended.left,
-        }
-        if ended.timed_out:
-            raise ToolError(text, error_class=ErrorClass.TIMEOUT, details=details)
-        return ToolOutput.text(text, is_error=ended.code != 0, **details)
+        return shell_output(command, ended, out, err, duration, limit)
+
+
+def shell_output(
+    command: str,
+    ended: _Ended,
+    out: OutputCapture,
+    err: OutputCapture,
+    duration: float,
+    limit: float,
+) -> ToolOutput:
+    """The shell tool's result for a command that ended (the subprocess sandbox's too).
+
+    Raises:
+        ToolError: a ``timeout`` error carrying the partial output.
+    """
+    truncated = out.truncated or err.truncated
+    parts = [
+        _describe_end(ended, limit),
+        f"duration {duration:.3f} s",
+        f"output truncated: {'yes' if truncated else 'no'}",
+    ]
+    if ended.killed and not ended.timed_out:
+        parts.append(f"background processes stopped: {ended.killed}")
+    if ended.left:
+        parts.append(f"processes that could not be stopped: {ended.left}")
+    lines = ["; ".join(parts)]
+    for label, capture in (("stdout", out), ("stderr", err)):
+        if capture.total:
+            note = f" ({capture.total} bytes, kept {capture.kept})" if capture.truncated else ""
+            lines.append(f"{label}{note}:\n{capture.text().rstrip(chr(10))}")
+    if not out.total and not err.total:
+        lines.append("(no output)")
+    text = "\n".join(lines)
+    details = {
+        "command": command,
+        "exit_code": ended.code,
+        "duration": duration,
+        "timed_out": ended.timed_out,
+        "truncated": truncated,
+        "stdout_bytes": out.total,
+        "stderr_bytes": err.total,
+        "descendants_killed": ended.killed,
+        "descendants_left": ended.left,
+    }
+    if ended.timed_out:
+        raise ToolError(text, error_class=ErrorClass.TIMEOUT, details=details)
+    return ToolOutput.text(text, is_error=ended.code != 0, **details)

@@ -21,6 +21,10 @@ Example::
             return await tool.execute(arguments, ctx)
 
     assert isinstance(Recorded(), Backend)
+
+``SubprocessBackend`` runs calls in a child process, isolated by bubblewrap,
+``unshare`` or resource limits alone, whichever is the best the machine
+offers (docs/sandbox.md).
 """
 
 from __future__ import annotations
@@ -30,7 +34,17 @@ from ._public import fixup_module_metadata as _fixup_module_metadata
 from ._ray import RayBackend
 from ._remote import RemoteBackend
 from ._remote_worker import serve_worker
+from ._sandbox import Detection, SandboxLimits, SubprocessBackend
 
-__all__ = ["Backend", "HostBackend", "RayBackend", "RemoteBackend", "serve_worker"]
+__all__ = [
+    "Backend",
+    "Detection",
+    "HostBackend",
+    "RayBackend",
+    "RemoteBackend",
+    "SandboxLimits",
+    "SubprocessBackend",
+    "serve_worker",
+]
 
 _fixup_module_metadata(__name__, __all__)
