@@ -41,7 +41,7 @@ from toolexec import (
 from toolexec._cli import main
 from toolexec._ray import _execute_remotely
 from toolexec.backends import RayBackend
-from toolexec.policy import Allow, Decision, ExecutionGrant
+from toolexec.policy import Allow, Decision, ExecutionGrant, RulePolicy
 from toolexec.testing import ScriptedModel, tool_call
 
 if TYPE_CHECKING:
@@ -532,3 +532,31 @@ def test_the_cli_refuses_backend_ray_without_an_address(
         main([*args, "--backend", "ray"])
     assert exited.value.code == 2
     assert "--backend ray needs --ray-address ADDR" in capsys.readouterr().err
+
+
+def _pid() -> int:
+    """The pid of the process that ran the call."""
+    return os.getpid()
+
+
+pid_on_ray = function_tool(name="pid_on_ray")(_pid)
+pid_here = function_tool(name="pid_here")(_pid)
+
+
+async def test_a_policy_file_rule_sends_one_tool_to_ray(cluster: str) -> None:
+    policy = RulePolicy.from_dict(
+        {
+            "default": "deny",
+            "rules": [
+                {"action": "allow", "tool": "pid_on_ray", "sandbox": "ray"},
+                {"action": "allow", "tool": "pid_here"},
+            ],
+        }
+    )
+    executor = make_executor(pid_on_ray, pid_here, policy=policy)
+    calls = [tool_call("pid_on_ray", {}, id="a"), tool_call("pid_here", {}, id="b")]
+    on_ray, here = (await executor.execute_batch(calls)).results
+    assert not on_ray.is_error, on_ray.text
+    assert not here.is_error, here.text
+    assert int(here.text) == os.getpid()
+    assert int(on_ray.text) != os.getpid()
