@@ -57,7 +57,7 @@ from toolexec._remote_wire import (
 )
 from toolexec.backends import RemoteBackend, serve_worker
 from toolexec.events import CallbackSink, CallProgress, CallUpdate, Event
-from toolexec.policy import ExecutionGrant
+from toolexec.policy import ExecutionGrant, RulePolicy
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Mapping
@@ -716,3 +716,26 @@ def test_serve_refuses_the_other_transports_options(
         main(["serve", *argv])
     assert exit_info.value.code == 2
     assert message in capsys.readouterr().err
+
+
+async def test_a_policy_file_rule_sends_a_tool_to_the_worker(tmp_path: Path) -> None:
+    remote_tools.reset()
+
+    def rules(get_where: str) -> RulePolicy:
+        get_rule = {"action": "allow", "tool": "get", "sandbox": get_where}
+        put_rule = {"action": "allow", "tool": "put", "sandbox": "remote"}
+        return RulePolicy.from_dict({"default": "deny", "rules": [put_rule, get_rule]})
+
+    async with worker(tmp_path) as w, RemoteBackend(w.url, token=TOKEN) as remote:
+        backends: dict[str, Any] = {"remote": remote}
+        first = ToolExecutor(registry(), policy=rules("host"), backends=backends)
+        outcome = await first.execute_batch(
+            [ToolCall("p", "put", {"key": "k", "value": "v"}), ToolCall("g", "get", {"key": "k"})]
+        )
+        put_result, got_here = outcome.results
+        assert put_result.text.startswith("k=v"), put_result.text
+        assert got_here.text == "<unset>"  # the put ran on the worker, not here
+        second = ToolExecutor(registry(), policy=rules("remote"), backends=backends)
+        [got_there] = (await second.execute_batch([ToolCall("g", "get", {"key": "k"})])).results
+        assert got_there.text == "v"
+    assert remote_tools.STORE == {}
