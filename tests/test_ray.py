@@ -14,6 +14,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -560,3 +561,16 @@ async def test_a_policy_file_rule_sends_one_tool_to_ray(cluster: str) -> None:
     assert not here.is_error, here.text
     assert int(here.text) == os.getpid()
     assert int(on_ray.text) != os.getpid()
+
+
+async def test_a_tool_that_cannot_be_sent_to_ray_is_an_error_result(cluster: str) -> None:
+    lock = threading.Lock()  # a closure over a lock does not pickle
+
+    def holds_a_lock() -> str:
+        """Say whether the lock is held."""
+        return str(lock.locked())
+
+    tool = function_tool(name="holds_a_lock")(holds_a_lock)
+    [result] = (await make_executor(tool).execute_batch([tool_call("holds_a_lock", {})])).results
+    assert result.is_error
+    assert "Tool 'holds_a_lock' could not be sent to Ray" in result.text
