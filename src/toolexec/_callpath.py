@@ -284,6 +284,7 @@ class Crew:
         "_report",
         "_rt",
         "_slots",
+        "_timed_out",
         "_width",
         "blocked",
     )
@@ -298,6 +299,9 @@ class Crew:
         aside: Callable[[CallSlot], bool] | None = None,
     ) -> None:
         self._rt, self._slots, self._report = rt, slots, report
+        # Calls whose deadline cancelled their tool, by worker scope, answered
+        # once the scope has absorbed the cancellation (``_work``).
+        self._timed_out: dict[trio.CancelScope, tuple[CallSlot, float]] = {}
         # An open run (``routing`` given) starts empty and grows (``offer``)
         # until ``close``; ``aside`` picks its calls that go through ``run_call``.
         self._closed = routing is None
@@ -353,18 +357,28 @@ class Crew:
         try:
             while await self._more(not hired):
                 with trio.CancelScope() as scope:
-                    while self._next < len(slots):
-                        if not held:
-                            keep, held = await _take_permit(limiter, me), True
-                            continue  # the other workers may have taken every call meanwhile
-                        slot = slots[self._next]
-                        self._next += 1
-                        # A cancel may have landed before this call: never start a tool after it.
-                        await trio.lowlevel.checkpoint_if_cancelled()
-                        blocked = await self._take(slot, scope, me)
-                        held = _still_held(limiter, me, blocked, keep)
-                        if blocked and _spent(scope, self._next < len(slots)):
-                            break  # open a fresh scope
+                    try:
+                        while self._next < len(slots):
+                            if not held:
+                                keep, held = await _take_permit(limiter, me), True
+                                continue  # the other workers may have taken every call meanwhile
+                            slot = slots[self._next]
+                            self._next += 1
+                            # A cancel may have landed before this call: never start a tool
+                            # after it.
+                            await trio.lowlevel.checkpoint_if_cancelled()
+                            blocked = await self._take(slot, scope, me)
+                            held = _still_held(limiter, me, blocked, keep)
+                            if blocked and _spent(scope, self._next < len(slots)):
+                                break  # open a fresh scope
+                    finally:
+                        # Only the worker's scope was cancelled if it absorbs the
+                        # cancellation: then the call timed out. If an enclosing scope
+                        # was cancelled in the same instant, the cancellation goes on
+                        # and the call is answered as cancelled, as with a per-call scope.
+                        timed_out = self._timed_out.pop(scope, None)
+                if timed_out is not None:
+                    self._answer(timed_out[0], _timeout_result(timed_out[0]), timed_out[1])
                 held = held and _give_back(limiter, me)  # hold no permit while idle
         finally:
             if held and me in limiter.statistics().borrowers:  # (not if an aside call's was)
@@ -468,14 +482,14 @@ class Crew:
     ) -> bool:
         """Whether ``exc`` out of a tool is ours to pass on, not its failure (``_propagates``).
 
-        A cancellation that our deadline caused answers the call here: the
-        worker's scope absorbs it (as a per-call scope would, even when an
-        enclosing scope was cancelled in the same instant).
+        A cancellation that our deadline caused is noted here, and the call
+        answered as timed out once the worker's scope has absorbed it
+        (``_work``); an enclosing scope cancelled in the same instant wins.
         """
         if not _propagates(exc):
             return False
         if blocked and scope.cancel_called:
-            self._answer(slot, _timeout_result(slot), start)
+            self._timed_out[scope] = (slot, start)
         return True
 
     def _answer(self, slot: CallSlot, failure: ToolResult, start: float) -> None:
