@@ -108,6 +108,21 @@ def _call_line(spec: CallSpec, ids: Iterator[int]) -> tuple[str, bytes]:
     return cid, encode({"op": "tool_call", "tool_call_id": cid, "tool": tool, "args": dict(args)})
 
 
+def _take_stdio() -> tuple[int, int]:
+    """Move this process's stdin and stdout aside for the channel; their copies.
+
+    Afterwards fd 1 (``print``, child processes) is stderr and fd 0 reads
+    nothing, so nothing else can write into the channel.
+    """
+    sys.stdout.flush()
+    read_fd, write_fd = os.dup(0), os.dup(1)
+    os.dup2(2, 1)
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.close(null)
+    return read_fd, write_fd
+
+
 @attrs.define(eq=False)
 class RunnerClient:
     """A blocking client for a runner script.
@@ -138,12 +153,7 @@ class RunnerClient:
         (``print``, child processes) is stderr and fd 0 reads nothing, so
         nothing else can write into the channel.
         """
-        sys.stdout.flush()
-        read_fd, write_fd = os.dup(0), os.dup(1)
-        os.dup2(2, 1)
-        null = os.open(os.devnull, os.O_RDONLY)
-        os.dup2(null, 0)
-        os.close(null)
+        read_fd, write_fd = _take_stdio()
         return cls(os.fdopen(read_fd, "rb", buffering=0), os.fdopen(write_fd, "wb"), max_line_bytes)
 
     def send(self, calls: Sequence[CallSpec]) -> list[str]:
@@ -232,12 +242,7 @@ class TrioRunnerClient:
         cls, *, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES
     ) -> AsyncIterator[TrioRunnerClient]:
         """A client on this process's stdin and stdout, moved aside as by ``RunnerClient.stdio``."""
-        sys.stdout.flush()
-        read_fd, write_fd = os.dup(0), os.dup(1)
-        os.dup2(2, 1)
-        null = os.open(os.devnull, os.O_RDONLY)
-        os.dup2(null, 0)
-        os.close(null)
+        read_fd, write_fd = _take_stdio()
         receive, send = trio.lowlevel.FdStream(read_fd), trio.lowlevel.FdStream(write_fd)
         async with receive, send, cls.open(receive, send, max_line_bytes=max_line_bytes) as c:
             yield c

@@ -307,7 +307,7 @@ class ShellTool:
         finally:
             collector.close()
         duration = trio.current_time() - start
-        return self._result(command, ended, out, err, duration, limit)
+        return shell_output(command, ended, out, err, duration, limit)
 
     async def _run(
         self, command: str, collector: PipeCollector, limit: float, grace: float
@@ -435,17 +435,6 @@ class ShellTool:
         else:
             self._found.pop(name, None)
         return path
-
-    def _result(
-        self,
-        command: str,
-        ended: _Ended,
-        out: OutputCapture,
-        err: OutputCapture,
-        duration: float,
-        limit: float,
-    ) -> ToolOutput:
-        return shell_output(command, ended, out, err, duration, limit)
 
 
 def shell_output(
