@@ -548,7 +548,8 @@ async def main():
     async with trio.open_nursery() as nursery:
         for level in {levels!r}:
             executor = _executor(Path({workspace!r}), level, {{"workspace": "rw"}})
-            command = f"readlink /proc/self/ns/pid > {{level}}.ns; sleep 60"
+            ns = f"readlink /proc/self/ns/pid > {{level}}.tmp && mv {{level}}.tmp {{level}}.ns"
+            command = f"{{ns}}; sleep 60"
             nursery.start_soon(_shell, executor, command)
 
 trio.run(main)
@@ -572,7 +573,8 @@ async def test_the_sandbox_ends_when_toolexec_dies(workspace: Path) -> None:
             host = await nursery.start(
                 functools.partial(trio.run_process, [sys.executable, "-c", driver], check=False)
             )
-            # No event tells when the sandboxes are up: look for what they write.
+            # No event tells when the sandboxes are up: look for what they write
+            # (renamed into place, so a file that exists is complete).
             while not all((workspace / f"{level}.ns").exists() for level in levels):
                 await trio.sleep(0.02)
             namespaces = [(workspace / f"{level}.ns").read_text().strip() for level in levels]
