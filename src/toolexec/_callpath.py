@@ -56,7 +56,7 @@ if TYPE_CHECKING:
     from ._tool import Services
     from ._types import ContentBlock, PathResolver
 
-__all__ = ["Crew", "RunBinding", "Runtime", "run_call"]
+__all__ = ["Crew", "RunBinding", "Runtime", "run_call", "run_solo"]
 
 _log = logging.getLogger("toolexec")
 
@@ -497,6 +497,59 @@ class Crew:
         slot.finish(_conclude(slot, None, failure, trio.current_time() - start))
         if self._report.observed:
             self._report.settle(slot)
+
+
+async def run_solo(
+    rt: Runtime, slot: CallSlot, report: Reporter, scope: trio.CancelScope, host: Callable[[], bool]
+) -> None:
+    """Run a batch's only call to its result, under the batch's own cancel scope.
+
+    A batch of one call that waits in its class pool alone needs no crew:
+    its task takes the permit and runs the tool itself, and the batch's
+    scope (``Batch.cancel`` cancels it) doubles as the call's deadline, as
+    nothing else of the batch runs under it. ``host()`` says whether the
+    host cancelled the batch; if not, a cancellation the scope absorbed
+    after the tool started was the deadline's, and the call timed out. A
+    cancel by the host (in the same instant as the deadline, too) or by an
+    enclosing scope leaves the call to be answered ``cancelled``, as in a
+    crew.
+    """
+    limiter = rt.pools.by_class[slot.routing]
+    start: float | None = None
+    with scope:
+        try:
+            limiter.acquire_on_behalf_of_nowait(slot)
+        except trio.WouldBlock:
+            await limiter.acquire_on_behalf_of(slot)
+        try:
+            # A cancel may have landed before the call: never start a tool after it.
+            await trio.lowlevel.checkpoint_if_cancelled()
+            start = _begin(slot, report)
+            scope.deadline = start + _timeout(slot)
+            output: object = None
+            failure: ToolResult | None = None
+            rt.in_flight += 1
+            try:
+                running, convert = _open(rt, slot, report)
+                value = await running
+                output = value if convert is None else convert(value)
+            except BaseException as exc:
+                if _propagates(exc):
+                    raise
+                failure = _failed(slot, exc)
+            finally:
+                rt.in_flight -= 1
+            if scope.cancel_called and not host():  # the tool outlived its deadline
+                failure = _timeout_result(slot)
+            slot.finish(_conclude(slot, output, failure, trio.current_time() - start))
+            if report.observed:
+                report.settle(slot)
+        finally:
+            limiter.release_on_behalf_of(slot)
+    if start is not None and slot.result is None and not host():  # the deadline fired
+        slot.finish(_conclude(slot, None, _timeout_result(slot), trio.current_time() - start))
+        if report.observed:
+            report.settle(slot)
 
 
 def _open(
