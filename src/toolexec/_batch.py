@@ -174,22 +174,7 @@ class Batch:
             if self._stream is not None:
                 messages = await self._run_stream(self._stream, steer)
             else:
-                self._report.emit(BatchPlanned, plan=self.plan)
-                for i in self.plan.short_circuited:
-                    self._report.settle(self._slots[i])
-                solo = self._solo() if steer is None else None
-                if solo is not None:
-                    await self._run_solo(*solo)
-                    return self._finish(messages)
-                with self._scope:
-                    for run in self.plan.runs:
-                        if await self._run(run) and run is not self.plan.runs[-1]:
-                            # The run blocked, so other tasks ran meanwhile: let any
-                            # of them woken in the same instant (a cancel, say) act
-                            # before the next run starts, whatever trio's wake order.
-                            await trio.lowlevel.checkpoint()
-                        if steer is not None and (messages := await _poll(steer)):
-                            break
+                messages = await self._run_planned(steer)
         except BaseException as exc:
             # An enclosing scope was cancelled (or KeyboardInterrupt): every task
             # has already ended. Record the unfinished calls as cancelled for the
@@ -205,6 +190,27 @@ class Batch:
             cancellers.discard(self.cancel)
             self._runtime.release_run()
         return self._finish(messages)
+
+    async def _run_planned(self, steer: Steering | None) -> tuple[str, ...]:
+        """Run a planned batch's runs in order; what steering returned, if it fired."""
+        messages: tuple[str, ...] = ()
+        self._report.emit(BatchPlanned, plan=self.plan)
+        for i in self.plan.short_circuited:
+            self._report.settle(self._slots[i])
+        solo = self._solo() if steer is None else None
+        if solo is not None:
+            await self._run_solo(*solo)
+            return ()
+        with self._scope:
+            for run in self.plan.runs:
+                if await self._run(run) and run is not self.plan.runs[-1]:
+                    # The run blocked, so other tasks ran meanwhile: let any
+                    # of them woken in the same instant (a cancel, say) act
+                    # before the next run starts, whatever trio's wake order.
+                    await trio.lowlevel.checkpoint()
+                if steer is not None and (messages := await _poll(steer)):
+                    break
+        return messages
 
     async def _run_stream(self, stream: Stream, steer: Steering | None) -> tuple[str, ...]:
         """Run a streamed batch's runs as they open; what steering returned, if it fired."""
