@@ -9,7 +9,9 @@ as wide as the batch, with no routing, validation or results):
 1. per-call cost of N = 1, 10, 100, 1000 no-op read-only calls whose
    arguments arrive as JSON text (as a model sends them) and are parsed and
    validated against the tool's schema, through ``ToolExecutor.execute_batch``
-   with the default configuration;
+   with the default configuration; and, without a target, N = 10 calls of a
+   no-op whose body awaits (a checkpoint that returns at once): a tool that
+   *may* block costs its run a nursery, one that cannot (no ``await``) not;
 2. wall time of 100 calls of an I/O-bound tool (``await trio.sleep(0.01)``),
    default configuration against the uncapped floor;
 3. memory per in-flight call: tracemalloc while 1000 calls are all parked
@@ -68,6 +70,12 @@ async def noop(path: str, limit: int = 10) -> str:
     return ""
 
 
+async def noop_awaiting(path: str, limit: int = 10) -> str:
+    """Do nothing, but through an await that returns at once (so the tool *may* block)."""
+    await trio.lowlevel.checkpoint_if_cancelled()
+    return ""
+
+
 async def nap(path: str, limit: int = 10) -> str:
     """Sleep 10 ms."""
     await trio.sleep(SLEEP_SECONDS)
@@ -86,7 +94,7 @@ async def park(path: str, limit: int = 10) -> str:
 
 def make_executor(config: ConcurrencyConfig | None = None) -> ToolExecutor:
     registry = ToolRegistry()
-    for fn in (noop, nap, park):
+    for fn in (noop, noop_awaiting, nap, park):
         registry.register(function_tool(side_effects=SideEffects.READ)(fn))
     return ToolExecutor(registry, config or ConcurrencyConfig())
 
@@ -136,20 +144,22 @@ async def time_batches(run_once: Callable[[], Awaitable[object]], batches: int) 
     return time.perf_counter() - start
 
 
-async def per_call(n: int, repeats: int) -> tuple[float, float]:
+async def per_call(
+    n: int, repeats: int, tool: Callable[..., Awaitable[str]] = noop
+) -> tuple[float, float]:
     """Median seconds per call for the executor and the floor, batches of ``n``."""
     executor = make_executor()
     limiter = trio.CapacityLimiter(n)
-    calls = make_calls("noop", n)
+    calls = make_calls(tool.__name__, n)
     batches = max(1, CALLS_PER_SAMPLE // n)
     ours: list[float] = []
     floor: list[float] = []
     await executor.execute_batch(calls)  # warm up both paths
-    await floor_batch(noop, calls, limiter)
+    await floor_batch(tool, calls, limiter)
     for i in range(repeats):  # interleave (and alternate who goes first) against drift
         sides = [
             (ours, lambda: executor.execute_batch(calls)),
-            (floor, lambda: floor_batch(noop, calls, limiter)),
+            (floor, lambda: floor_batch(tool, calls, limiter)),
         ]
         for samples, run in sides if i % 2 == 0 else sides[::-1]:
             samples.append(await time_batches(run, batches))
@@ -236,6 +246,11 @@ async def main(repeats: int) -> None:
         target = verdict(ratio, TARGET_OVERHEAD, FALLBACK_OVERHEAD) if n > 1 else ""
         label = f"no-op call, N={n} (us/call)"
         print(f"{label:<34}{ours * 1e6:>12.1f}{floor * 1e6:>12.1f}{ratio:>7.2f}x  {target}")
+    # A tool with an await in its body may block, so its run keeps a nursery
+    # ready to hire workers (the no-op above has none, and its runs need none).
+    ours, floor = await per_call(10, repeats, noop_awaiting)
+    label = "no-op with an await, N=10"
+    print(f"{label:<34}{ours * 1e6:>12.1f}{floor * 1e6:>12.1f}{ours / floor:>7.2f}x")
     ours, floor = await sleep_wall(repeats)
     ratio = ours / floor
     label = f"{SLEEP_CALLS} x 10 ms sleep (ms wall)"
