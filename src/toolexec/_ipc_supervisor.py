@@ -394,6 +394,8 @@ class _Session:
     ) -> dict[str, ToolResult]:
         """Run the calls the gate passed as one batch; record the executor's decisions."""
         batch = self.executor.prepare(forward)
+        if not self.audit:
+            return {r.call_id: r for r in (await batch.run()).results}
         answered_at_once = set(batch.plan.short_circuited_ids)
         by_id = {c.tool_call_id: c for c in calls}
         for tc in forward:
