@@ -9,11 +9,16 @@ as wide as the batch, with no routing, validation or results):
 1. per-call cost of N = 1, 10, 100, 1000 no-op read-only calls whose
    arguments arrive as JSON text (as a model sends them) and are parsed and
    validated against the tool's schema, through ``ToolExecutor.execute_batch``
-   with the default configuration;
+   with the default configuration; and, without a target, N = 10 calls of a
+   no-op whose body awaits (a checkpoint that returns at once): a tool that
+   *may* block costs its run a nursery, one that cannot (no ``await``) not;
 2. wall time of 100 calls of an I/O-bound tool (``await trio.sleep(0.01)``),
    default configuration against the uncapped floor;
 3. memory per in-flight call: tracemalloc while 1000 calls are all parked
    on one ``trio.Event`` (pools 1000 wide, so none waits for a permit).
+   Beside it, for reference, the floor with a deadline per call (each task
+   under ``trio.move_on_after``), as every executor call has one: the part
+   of the executor's excess a per-call deadline costs in trio itself.
 
 Each figure is the median of several repeats, the two sides interleaved so
 that machine noise hits both alike. The table prints absolute numbers, the
@@ -55,12 +60,19 @@ PARKED = 1000
 
 TARGET_OVERHEAD = 1.0  # executor per-call time at N = 10, 100, 1000 <= the floor's
 FALLBACK_OVERHEAD = 1.5  # ... and at most 1.5x while 1.0x cannot be reached
+DEADLINE_SECONDS = 60.0  # the reference floor's per-call deadline (never reached)
 TARGET_SLEEP = 1.2  # 100 x 10 ms batch within 1.2x of the uncapped floor's wall time
 TARGET_MEMORY = 1.2  # memory per in-flight call <= 1.2x the floor's
 
 
 async def noop(path: str, limit: int = 10) -> str:
     """Do nothing (the tool body both sides call)."""
+    return ""
+
+
+async def noop_awaiting(path: str, limit: int = 10) -> str:
+    """Do nothing, but through an await that returns at once (so the tool *may* block)."""
+    await trio.lowlevel.checkpoint_if_cancelled()
     return ""
 
 
@@ -82,7 +94,7 @@ async def park(path: str, limit: int = 10) -> str:
 
 def make_executor(config: ConcurrencyConfig | None = None) -> ToolExecutor:
     registry = ToolRegistry()
-    for fn in (noop, nap, park):
+    for fn in (noop, noop_awaiting, nap, park):
         registry.register(function_tool(side_effects=SideEffects.READ)(fn))
     return ToolExecutor(registry, config or ConcurrencyConfig())
 
@@ -109,6 +121,21 @@ async def floor_batch(
             nursery.start_soon(one, call.arguments)
 
 
+async def floor_batch_with_deadlines(
+    fn: Callable[..., Awaitable[str]], calls: list[ToolCall], limiter: trio.CapacityLimiter
+) -> None:
+    """The floor, each call also under a deadline of its own (for the memory reference)."""
+
+    async def one(arguments: Any) -> None:
+        async with limiter:
+            with trio.move_on_after(DEADLINE_SECONDS):
+                await fn(**json.loads(arguments))
+
+    async with trio.open_nursery() as nursery:
+        for call in calls:
+            nursery.start_soon(one, call.arguments)
+
+
 async def time_batches(run_once: Callable[[], Awaitable[object]], batches: int) -> float:
     gc.collect()
     start = time.perf_counter()
@@ -117,20 +144,22 @@ async def time_batches(run_once: Callable[[], Awaitable[object]], batches: int) 
     return time.perf_counter() - start
 
 
-async def per_call(n: int, repeats: int) -> tuple[float, float]:
+async def per_call(
+    n: int, repeats: int, tool: Callable[..., Awaitable[str]] = noop
+) -> tuple[float, float]:
     """Median seconds per call for the executor and the floor, batches of ``n``."""
     executor = make_executor()
     limiter = trio.CapacityLimiter(n)
-    calls = make_calls("noop", n)
+    calls = make_calls(tool.__name__, n)
     batches = max(1, CALLS_PER_SAMPLE // n)
     ours: list[float] = []
     floor: list[float] = []
     await executor.execute_batch(calls)  # warm up both paths
-    await floor_batch(noop, calls, limiter)
+    await floor_batch(tool, calls, limiter)
     for i in range(repeats):  # interleave (and alternate who goes first) against drift
         sides = [
             (ours, lambda: executor.execute_batch(calls)),
-            (floor, lambda: floor_batch(noop, calls, limiter)),
+            (floor, lambda: floor_batch(tool, calls, limiter)),
         ]
         for samples, run in sides if i % 2 == 0 else sides[::-1]:
             samples.append(await time_batches(run, batches))
@@ -167,23 +196,27 @@ async def parked_memory(run_batch: Callable[[], Awaitable[object]]) -> tuple[flo
     return (peak - base) / PARKED, (current - base) / PARKED
 
 
-async def memory(repeats: int) -> tuple[tuple[float, float], tuple[float, float]]:
-    """Median (peak, current) bytes per parked call, executor and floor."""
+async def memory(repeats: int) -> dict[str, tuple[float, float]]:
+    """Median (peak, current) bytes per parked call: executor, floor, floor with deadlines."""
     executor = make_executor(ConcurrencyConfig(read_width=PARKED))
     limiter = trio.CapacityLimiter(PARKED)
     calls = make_calls("park", PARKED)
-    await executor.execute_batch(make_calls("noop", PARKED))  # warm caches on both sides
+    await executor.execute_batch(make_calls("noop", PARKED))  # warm caches on every side
     await floor_batch(noop, calls, limiter)
-    ours: list[tuple[float, float]] = []
-    floor: list[tuple[float, float]] = []
+    await floor_batch_with_deadlines(noop, calls, limiter)
+    sides: dict[str, Callable[[], Awaitable[object]]] = {
+        "executor": lambda: executor.execute_batch(calls),
+        "floor": lambda: floor_batch(park, calls, limiter),
+        "deadlines": lambda: floor_batch_with_deadlines(park, calls, limiter),
+    }
+    samples: dict[str, list[tuple[float, float]]] = {name: [] for name in sides}
     for _ in range(repeats):
-        ours.append(await parked_memory(lambda: executor.execute_batch(calls)))
-        floor.append(await parked_memory(lambda: floor_batch(park, calls, limiter)))
-
-    def med(xs: list[tuple[float, float]]) -> tuple[float, float]:
-        return statistics.median(x[0] for x in xs), statistics.median(x[1] for x in xs)
-
-    return med(ours), med(floor)
+        for name, run in sides.items():
+            samples[name].append(await parked_memory(run))
+    return {
+        name: (statistics.median(x[0] for x in xs), statistics.median(x[1] for x in xs))
+        for name, xs in samples.items()
+    }
 
 
 def verdict(ratio: float, target: float, fallback: float | None = None) -> str:
@@ -213,6 +246,11 @@ async def main(repeats: int) -> None:
         target = verdict(ratio, TARGET_OVERHEAD, FALLBACK_OVERHEAD) if n > 1 else ""
         label = f"no-op call, N={n} (us/call)"
         print(f"{label:<34}{ours * 1e6:>12.1f}{floor * 1e6:>12.1f}{ratio:>7.2f}x  {target}")
+    # A tool with an await in its body may block, so its run keeps a nursery
+    # ready to hire workers (the no-op above has none, and its runs need none).
+    ours, floor = await per_call(10, repeats, noop_awaiting)
+    label = "no-op with an await, N=10"
+    print(f"{label:<34}{ours * 1e6:>12.1f}{floor * 1e6:>12.1f}{ours / floor:>7.2f}x")
     ours, floor = await sleep_wall(repeats)
     ratio = ours / floor
     label = f"{SLEEP_CALLS} x 10 ms sleep (ms wall)"
@@ -220,7 +258,8 @@ async def main(repeats: int) -> None:
         f"{label:<34}{ours * 1e3:>12.1f}{floor * 1e3:>12.1f}{ratio:>7.2f}x  "
         f"{verdict(ratio, TARGET_SLEEP)}"
     )
-    (ours_peak, ours_now), (floor_peak, floor_now) = await memory(max(3, repeats // 3))
+    mem = await memory(max(3, repeats // 3))
+    (ours_peak, ours_now), (floor_peak, floor_now) = mem["executor"], mem["floor"]
     ratio = ours_peak / floor_peak
     label = f"memory, {PARKED} parked (peak B/call)"
     print(
@@ -229,6 +268,13 @@ async def main(repeats: int) -> None:
     )
     label = f"memory, {PARKED} parked (held B/call)"
     print(f"{label:<34}{ours_now:>12.0f}{floor_now:>12.0f}{ours_now / floor_now:>7.2f}x")
+    deadline_peak = mem["deadlines"][0]
+    label = "  vs floor + per-call deadline"
+    print(f"{label:<34}{ours_peak:>12.0f}{deadline_peak:>12.0f}{ours_peak / deadline_peak:>7.2f}x")
+    print(
+        f"  (a per-call deadline costs the floor {deadline_peak - floor_peak:.0f} B/call "
+        "in trio: its cancel scope and cancel status)"
+    )
     print(f"\nload average after: {load()}")
 
 

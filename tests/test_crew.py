@@ -8,6 +8,9 @@ Tasks are counted with a trio instrument; time is a mock clock.
 
 from __future__ import annotations
 
+import functools
+from typing import Any
+
 import trio
 import trio.testing
 from trio.abc import Instrument
@@ -21,6 +24,7 @@ from toolexec import (
     ToolRegistry,
     function_tool,
 )
+from toolexec._registry import cannot_suspend
 
 
 class SpawnCounter(Instrument):
@@ -101,3 +105,73 @@ async def test_after_a_timeout_the_worker_goes_on_with_a_fresh_deadline(
     assert [r.error_class for r in outcome.results] == [ErrorClass.TIMEOUT, None, None]
     assert outcome.results[0].duration == 5.0
     assert outcome.results[2].text == "waited 4.5"
+
+
+class PassCounter(Instrument):
+    def __init__(self) -> None:
+        self.passes = 0
+
+    def before_io_wait(self, timeout: float) -> None:
+        self.passes += 1
+
+
+async def test_a_run_that_cannot_block_takes_no_scheduling_pass() -> None:
+    """A tool with no ``await`` cannot block: its run opens no nursery (whose exit is
+    a checkpoint), so a hundred calls cost not one trip through trio's scheduler."""
+    executor = _executor()
+    calls = [ToolCall(str(i), "instant", {"n": i}) for i in range(100)]
+    counter = PassCounter()
+    trio.lowlevel.add_instrument(counter)
+    try:
+        outcome = await executor.execute_batch(calls)
+    finally:
+        trio.lowlevel.remove_instrument(counter)
+    assert [r.text for r in outcome.results] == [str(i) for i in range(100)]
+    assert counter.passes == 0
+
+
+async def test_one_tool_that_may_block_keeps_the_crew_ready_to_hire(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    calls = [ToolCall(str(i), "instant", {"n": i}) for i in range(5)]
+    calls += [ToolCall(f"w{i}", "wait", {"seconds": 1}) for i in range(5)]
+    start = trio.current_time()
+    spawned, texts = await _count_spawns(_executor(), calls)
+    assert texts == [str(i) for i in range(5)] + ["waited 1"] * 5
+    assert spawned == 4  # the first wait blocks, and a worker is hired for each other
+    assert trio.current_time() - start == 1
+
+
+def test_which_tools_cannot_suspend() -> None:
+    async def plain(n: int) -> str:
+        return str(n)
+
+    async def awaits() -> None:
+        await trio.lowlevel.checkpoint()
+
+    async def iterates(items: Any) -> None:
+        async for _ in items:
+            pass
+
+    async def enters(cm: Any) -> None:
+        async with cm:
+            pass
+
+    async def comprehends(items: Any) -> list[Any]:
+        return [await item for item in items]
+
+    def sync(n: int) -> int:
+        return n
+
+    @functools.wraps(plain)
+    async def wrapped(n: int) -> str:
+        return await plain(n)
+
+    assert cannot_suspend(plain)
+    for fn in (awaits, iterates, enters, comprehends, sync, wrapped, None, print):
+        assert not cannot_suspend(fn), fn
+    registry = ToolRegistry()
+    registry.register(instant)
+    registry.register(wait)
+    assert registry.lookup("instant").never_suspends  # type: ignore[union-attr]
+    assert not registry.lookup("wait").never_suspends  # type: ignore[union-attr]

@@ -31,7 +31,15 @@ import attrs
 import trio
 
 from . import _messages as say
-from ._callpath import Crew, Turns, admit_in_order, may_wait, one_queue, run_call
+from ._callpath import (
+    Crew,
+    Turns,
+    admit_in_order,
+    may_wait,
+    one_queue,
+    run_call,
+    run_solo,
+)
 from ._errors import bare_interrupt
 from ._events import BatchFinished, BatchPlanned, RunFinished, RunStarted
 from ._lifecycle import CallSlot, State, error_result
@@ -166,18 +174,7 @@ class Batch:
             if self._stream is not None:
                 messages = await self._run_stream(self._stream, steer)
             else:
-                self._report.emit(BatchPlanned, plan=self.plan)
-                for i in self.plan.short_circuited:
-                    self._report.settle(self._slots[i])
-                with self._scope:
-                    for run in self.plan.runs:
-                        if await self._run(run) and run is not self.plan.runs[-1]:
-                            # The run blocked, so other tasks ran meanwhile: let any
-                            # of them woken in the same instant (a cancel, say) act
-                            # before the next run starts, whatever trio's wake order.
-                            await trio.lowlevel.checkpoint()
-                        if steer is not None and (messages := await _poll(steer)):
-                            break
+                messages = await self._run_planned(steer)
         except BaseException as exc:
             # An enclosing scope was cancelled (or KeyboardInterrupt): every task
             # has already ended. Record the unfinished calls as cancelled for the
@@ -193,6 +190,27 @@ class Batch:
             cancellers.discard(self.cancel)
             self._runtime.release_run()
         return self._finish(messages)
+
+    async def _run_planned(self, steer: Steering | None) -> tuple[str, ...]:
+        """Run a planned batch's runs in order; what steering returned, if it fired."""
+        messages: tuple[str, ...] = ()
+        self._report.emit(BatchPlanned, plan=self.plan)
+        for i in self.plan.short_circuited:
+            self._report.settle(self._slots[i])
+        solo = self._solo() if steer is None else None
+        if solo is not None:
+            await self._run_solo(*solo)
+            return ()
+        with self._scope:
+            for run in self.plan.runs:
+                if await self._run(run) and run is not self.plan.runs[-1]:
+                    # The run blocked, so other tasks ran meanwhile: let any
+                    # of them woken in the same instant (a cancel, say) act
+                    # before the next run starts, whatever trio's wake order.
+                    await trio.lowlevel.checkpoint()
+                if steer is not None and (messages := await _poll(steer)):
+                    break
+        return messages
 
     async def _run_stream(self, stream: Stream, steer: Steering | None) -> tuple[str, ...]:
         """Run a streamed batch's runs as they open; what steering returned, if it fired."""
@@ -227,6 +245,24 @@ class Batch:
     def _aside(self, slot: CallSlot) -> bool:
         """Whether a streamed call goes through ``run_call`` (a human, or a tool cap)."""
         return slot.needs_approval is not None or slot.call.name in self._runtime.pools.per_tool
+
+    def _solo(self) -> tuple[RunPlan, CallSlot] | None:
+        """The batch's run and call, if it is one call waiting in its class pool alone."""
+        runs = self.plan.runs
+        if len(runs) != 1 or len(runs[0].call_indices) != 1 or runs[0].keyed:
+            return None
+        slot = self._slots[runs[0].call_indices[0]]
+        return (runs[0], slot) if one_queue(self._runtime.pools, (slot,)) else None
+
+    async def _run_solo(self, run: RunPlan, slot: CallSlot) -> None:
+        """Run the batch's only call in this task (``run_solo``), between its run's events."""
+        report = self._report
+        report.emit(RunStarted, index=run.index, routing=run.routing, call_ids=run.call_ids)
+        await run_solo(self._runtime, slot, report, self._scope, self._host_cancelled)
+        report.emit(RunFinished, index=run.index)
+
+    def _host_cancelled(self) -> bool:
+        return self._cancelled
 
     async def _run(self, run: RunPlan) -> bool:
         """Run one run to its end; whether any of its calls blocked."""

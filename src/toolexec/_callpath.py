@@ -56,7 +56,7 @@ if TYPE_CHECKING:
     from ._tool import Services
     from ._types import ContentBlock, PathResolver
 
-__all__ = ["Crew", "RunBinding", "Runtime", "run_call"]
+__all__ = ["Crew", "RunBinding", "Runtime", "run_call", "run_solo"]
 
 _log = logging.getLogger("toolexec")
 
@@ -311,6 +311,8 @@ class Crew:
         serial = routing is RoutingClass.SERIAL_MUT
         width = int(self._limiter.total_tokens)
         self._width = 1 if serial else width if not self._closed else min(len(slots), width)
+        if self._width > 1 and self._closed and all(map(_never_suspends, slots)):
+            self._width = 1  # nothing will block, so no worker is hired: no nursery
         self._arrived = _ARRIVED
         self._next = 0  # the next call to take
         self._hired = 1  # workers started, the batch's task included
@@ -467,9 +469,7 @@ class Crew:
             rt.in_flight -= 1
         if blocked and scope.cancel_called:  # the tool outlived its deadline
             failure = _timeout_result(slot)
-        slot.finish(_conclude(slot, output, failure, trio.current_time() - start))
-        if report.observed:
-            report.settle(slot)
+        _settle(slot, report, output, failure, start)
         return blocked
 
     def _unwinds(
@@ -494,9 +494,76 @@ class Crew:
 
     def _answer(self, slot: CallSlot, failure: ToolResult, start: float) -> None:
         """Answer a call whose deadline cancelled its tool."""
-        slot.finish(_conclude(slot, None, failure, trio.current_time() - start))
-        if self._report.observed:
-            self._report.settle(slot)
+        _settle(slot, self._report, None, failure, start)
+
+
+async def run_solo(
+    rt: Runtime, slot: CallSlot, report: Reporter, scope: trio.CancelScope, host: Callable[[], bool]
+) -> None:
+    """Run a batch's only call to its result, under the batch's own cancel scope.
+
+    A batch of one call that waits in its class pool alone needs no crew:
+    its task takes the permit and runs the tool itself, and the batch's
+    scope (``Batch.cancel`` cancels it) doubles as the call's deadline, as
+    nothing else of the batch runs under it. ``host()`` says whether the
+    host cancelled the batch; if not, a cancellation the scope absorbed
+    after the tool started was the deadline's, and the call timed out. A
+    cancel by the host (in the same instant as the deadline, too) or by an
+    enclosing scope leaves the call to be answered ``cancelled``, as in a
+    crew.
+    """
+    limiter = rt.pools.by_class[slot.routing]
+    start: float | None = None
+    with scope:
+        try:
+            limiter.acquire_on_behalf_of_nowait(slot)
+        except trio.WouldBlock:
+            await limiter.acquire_on_behalf_of(slot)
+        try:
+            # A cancel may have landed before the call: never start a tool after it.
+            await trio.lowlevel.checkpoint_if_cancelled()
+            start = _begin(slot, report)
+            scope.deadline = start + _timeout(slot)
+            output, failure = await _solo_tool(rt, slot, report)
+            if scope.cancel_called and not host():  # the tool outlived its deadline
+                failure = _timeout_result(slot)
+            _settle(slot, report, output, failure, start)
+        finally:
+            limiter.release_on_behalf_of(slot)
+    if start is not None and slot.result is None and not host():  # the deadline fired
+        _settle(slot, report, None, _timeout_result(slot), start)
+
+
+async def _solo_tool(
+    rt: Runtime, slot: CallSlot, report: Reporter
+) -> tuple[object, ToolResult | None]:
+    """The started call's tool: its output, or its failure; a cancellation goes on."""
+    rt.in_flight += 1
+    try:
+        running, convert = _open(rt, slot, report)
+        value = await running
+        return (value if convert is None else convert(value)), None
+    except BaseException as exc:
+        if _propagates(exc):
+            raise
+        return None, _failed(slot, exc)
+    finally:
+        rt.in_flight -= 1
+
+
+def _settle(
+    slot: CallSlot, report: Reporter, output: object, failure: ToolResult | None, start: float
+) -> None:
+    """Answer a call that started at ``start``, and report it."""
+    slot.finish(_conclude(slot, output, failure, trio.current_time() - start))
+    if report.observed:
+        report.settle(slot)
+
+
+def _never_suspends(slot: CallSlot) -> bool:
+    """Whether the call runs to its end in one step (a tool with no ``await``, here)."""
+    entry = slot.entry
+    return entry is not None and entry.never_suspends and slot.backend is None
 
 
 def _open(

@@ -300,20 +300,24 @@ class ToolExecutor:
             cut = keyed_cut(self.strategy, slots)
         else:
             cut = [(r, i, False) for r, i in self.strategy.cut([s.routing for s in slots])]
-        runs = [
-            RunPlan(
-                n,
-                routing,
-                tuple(indices),
-                tuple(slots[i].call.id for i in indices),
-                tuple(slots[i].call.name for i in indices),
-                keyed,
+        runs = []
+        for n, (routing, indices, keyed) in enumerate(cut):
+            calls = [slots[i].call for i in indices]
+            runs.append(
+                RunPlan(
+                    n,
+                    routing,
+                    tuple(indices),
+                    tuple([c.id for c in calls]),
+                    tuple([c.name for c in calls]),
+                    keyed,
+                )
             )
-            for n, (routing, indices, keyed) in enumerate(cut)
-        ]
         answered = [s for s in slots if s.routing is RoutingClass.SHORT_CIRCUIT]
+        if not answered:
+            return BatchPlan(tuple(runs), ())
         return BatchPlan(
-            tuple(runs), tuple(s.index for s in answered), tuple(s.call.id for s in answered)
+            tuple(runs), tuple([s.index for s in answered]), tuple([s.call.id for s in answered])
         )
 
     async def execute_batch(

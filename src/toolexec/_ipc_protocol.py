@@ -188,9 +188,14 @@ def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON; numbers must be finite")
 
 
+# Built once: ``json.loads`` with any option builds a new decoder per call.
+_DECODER = json.JSONDecoder(parse_constant=_no_constant)
+_ENCODER = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"), default=str)
+
+
 def _decode_json(line: bytes) -> Any:
     try:
-        return json.loads(line.decode("utf-8"), parse_constant=_no_constant)
+        return _DECODER.decode(line.decode("utf-8"))
     except UnicodeDecodeError as exc:
         raise ProtocolError(
             "invalid_json", f"the line is not UTF-8 (byte {exc.start}); send UTF-8 JSON"
@@ -246,10 +251,7 @@ def encode(message: Mapping[str, Any]) -> bytes:
     are written as text, and NaN or infinities (which JSON has no words
     for) make the message a ``ValueError``.
     """
-    text = json.dumps(
-        message, ensure_ascii=False, allow_nan=False, separators=(",", ":"), default=str
-    )
-    return text.encode("utf-8") + b"\n"
+    return _ENCODER.encode(message).encode("utf-8") + b"\n"
 
 
 def _block(block: Any) -> dict[str, Any]:

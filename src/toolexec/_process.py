@@ -154,19 +154,23 @@ def _members(pgid: int) -> dict[int, int] | None:
 # -- ending ----------------------------------------------------------------------
 
 
-def _signal_group(process: trio.Process, sig: signal.Signals) -> None:
-    """Signal what is left of ``process``'s group (see the module docstring)."""
-    if process.returncode is None:  # not reaped: the group's id is still the group's
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(process.pid, sig)
-        return
-    members = _members(process.pid)
-    if members is None:  # no /proc to list them: the group, just after the probe
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(process.pid, sig)
-        return
-    for pid, start in members.items():
-        signal_process(pid, start, sig)
+def _signal_group(process: trio.Process, *sigs: signal.Signals) -> None:
+    """Signal what is left of ``process``'s group (see the module docstring).
+
+    Several signals go, in order, to the same processes: whether the leader
+    has been reaped is read once, so a leader that dies of the first signal
+    does not send the next one another way.
+    """
+    # Not reaped: the group's id is still the group's. Reaped: its members, or the
+    # group id anyway (just after the probe) where there is no /proc to list them.
+    members = None if process.returncode is None else _members(process.pid)
+    for sig in sigs:
+        if members is None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(process.pid, sig)
+            continue
+        for pid, start in members.items():
+            signal_process(pid, start, sig)
 
 
 async def terminate_group(process: trio.Process, grace: float) -> None:
@@ -179,8 +183,8 @@ async def terminate_group(process: trio.Process, grace: float) -> None:
     """
     if not group_alive(process):
         return
-    _signal_group(process, signal.SIGTERM)
-    _signal_group(process, signal.SIGCONT)  # a stopped process acts on SIGTERM only once resumed
+    # A stopped process acts on SIGTERM only once resumed.
+    _signal_group(process, signal.SIGTERM, signal.SIGCONT)
     try:
         await _wait_gone(process, grace)
     finally:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import dis
+import inspect
+import types
 from typing import TYPE_CHECKING
 
 import attrs
@@ -18,6 +21,35 @@ if TYPE_CHECKING:
 __all__ = ["RegisteredTool", "ToolRegistry"]
 
 
+# The opcodes at which a coroutine can suspend: ``await`` (and the awaits
+# inside ``async for`` and ``async with``) compiles to them.
+_SUSPENDS = frozenset(
+    {
+        "GET_AWAITABLE",
+        "GET_AITER",
+        "GET_ANEXT",
+        "BEFORE_ASYNC_WITH",
+        "END_ASYNC_FOR",
+        "SEND",
+        "YIELD_FROM",
+        "YIELD_VALUE",
+    }
+)
+
+
+def cannot_suspend(fn: object) -> bool:
+    """Whether ``fn`` is an async function whose body has no ``await`` at all.
+
+    Such a coroutine runs to its end in one step: it never reaches a trio
+    checkpoint, so it can neither block nor be cancelled. Anything else
+    (a wrapped function, a callable object, a tool that is not a bare
+    function) is taken to be able to suspend.
+    """
+    if not inspect.iscoroutinefunction(fn) or not isinstance(fn, types.FunctionType):
+        return False
+    return not any(i.opname in _SUSPENDS for i in dis.get_instructions(fn.__code__))
+
+
 @attrs.frozen
 class RegisteredTool:
     """A registered tool: its definition, factory and compiled schema."""
@@ -25,6 +57,9 @@ class RegisteredTool:
     definition: ToolDefinition
     factory: ToolFactory
     schema: CompiledSchema
+    #: Every call finishes without reaching a checkpoint (``cannot_suspend``),
+    #: so a run of such calls needs no nursery for workers that never come.
+    never_suspends: bool = False
     # Precomputed for routing, which runs per call.
     read_only: bool = attrs.field(init=False)
 
@@ -78,7 +113,11 @@ class ToolRegistry:
                 "unregister it first or choose another name"
             )
         schema = compile_schema(definition.input_schema, tool=definition.name)
-        self._entries[definition.name] = RegisteredTool(definition, factory, schema)
+        # Only a tool that is its own factory (a function tool) is the one every
+        # call runs; another factory's instances could differ.
+        own: object = factory
+        never = own is instance and cannot_suspend(getattr(instance, "bare", None))
+        self._entries[definition.name] = RegisteredTool(definition, factory, schema, never)
         return definition
 
     def unregister(self, name: str) -> None:
