@@ -175,3 +175,12 @@ def test_which_tools_cannot_suspend() -> None:
     registry.register(wait)
     assert registry.lookup("instant").never_suspends  # type: ignore[union-attr]
     assert not registry.lookup("wait").never_suspends  # type: ignore[union-attr]
+
+
+async def test_a_cancelled_run_that_cannot_block_starts_no_call() -> None:
+    executor = _executor()
+    batch = executor.prepare([ToolCall(str(i), "instant", {"n": i}) for i in range(5)])
+    batch.cancel()
+    outcome = await batch.run()
+    assert [r.error_class for r in outcome.results] == [ErrorClass.CANCELLED] * 5
+    assert all(r.duration == 0 for r in outcome.results)

@@ -25,6 +25,7 @@ lifecycle:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
@@ -278,6 +279,7 @@ class Crew:
         "_closed",
         "_coming",
         "_hired",
+        "_inert",
         "_limiter",
         "_next",
         "_nursery",
@@ -311,8 +313,11 @@ class Crew:
         serial = routing is RoutingClass.SERIAL_MUT
         width = int(self._limiter.total_tokens)
         self._width = 1 if serial else width if not self._closed else min(len(slots), width)
-        if self._width > 1 and self._closed and all(map(_never_suspends, slots)):
-            self._width = 1  # nothing will block, so no worker is hired: no nursery
+        # No call of the run can block: no worker is hired (so no nursery) and no
+        # deadline can matter (so no cancel scope).
+        self._inert = self._closed and all(map(_never_suspends, slots))
+        if self._inert:
+            self._width = 1
         self._arrived = _ARRIVED
         self._next = 0  # the next call to take
         self._hired = 1  # workers started, the batch's task included
@@ -358,7 +363,7 @@ class Crew:
         held = keep = False  # our permit; and whether nobody can have queued for it since
         try:
             while await self._more(not hired):
-                with trio.CancelScope() as scope:
+                with _NO_DEADLINES if self._inert else trio.CancelScope() as scope:
                     try:
                         while self._next < len(slots):
                             if not held:
@@ -523,7 +528,8 @@ async def run_solo(
             # A cancel may have landed before the call: never start a tool after it.
             await trio.lowlevel.checkpoint_if_cancelled()
             start = _begin(slot, report)
-            scope.deadline = start + _timeout(slot)
+            if not _never_suspends(slot):  # a tool that cannot block needs no deadline
+                scope.deadline = start + _timeout(slot)
             output, failure = await _solo_tool(rt, slot, report)
             if scope.cancel_called and not host():  # the tool outlived its deadline
                 failure = _timeout_result(slot)
@@ -591,6 +597,10 @@ def _open(
 
 
 _HANDED_OVER: dict[str, Any] = {}
+
+# The scope of a worker whose calls cannot block: never entered, as no
+# deadline of theirs can fire (``Crew._inert``).
+_NO_DEADLINES = contextlib.nullcontext(trio.CancelScope())
 
 
 def _set_event() -> trio.Event:
