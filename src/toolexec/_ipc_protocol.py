@@ -270,6 +270,9 @@ def response_message(call_id: str, result: ToolResult, *, slug: str | None = Non
             "error": slug or SLUG_OF[result.error_class],
             "message": result.text,
         }
+    elif len(result.content) == 1 and type(result.content[0]) is TextContent:
+        text = result.content[0].text  # the common case: one text block
+        message |= {"ok": True, "result": {"text": text, "content": [_block(result.content[0])]}}
     else:
         content = [_block(b) for b in result.content]
         message |= {"ok": True, "result": {"text": result.text, "content": content}}

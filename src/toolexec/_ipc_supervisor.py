@@ -248,8 +248,13 @@ class _Gate:
         paths = CapabilityPolicy({agent_path: Capabilities(("*",), caps.paths)}, workspace=ws)
         return cls(registry, agent_path, patterns, paths)
 
+    _granted: dict[str, bool] = attrs.field(factory=dict, init=False)
+
     def granted(self, name: str) -> bool:
-        return any(p.fullmatch(name) for p in self.tools)
+        known = self._granted.get(name)
+        if known is None:  # names come from the registry: the cache stays small
+            known = self._granted[name] = any(p.fullmatch(name) for p in self.tools)
+        return known
 
     def check(self, call: ToolCallMessage) -> tuple[str, str] | None:
         """``(slug, message)`` refusing the call, or ``None`` to pass it on."""
