@@ -17,8 +17,14 @@ from trio.abc import Instrument
 
 from toolexec import (
     Batch,
+    Batched,
+    BatchPlan,
     ConcurrencyConfig,
     ErrorClass,
+    Parallel,
+    RoutingClass,
+    RunPlan,
+    Sequential,
     SideEffects,
     ToolCall,
     ToolExecutor,
@@ -250,3 +256,15 @@ async def test_events_match_a_longer_batch(autojump_clock: trio.testing.MockCloc
     assert names[0] == "BatchPlanned"
     assert names[-1] == "BatchFinished"
     assert names.index("RunStarted") < names.index("CallStarted") < names.index("RunFinished")
+
+
+def test_the_plan_of_one_call_is_the_same_under_every_strategy() -> None:
+    for strategy in (Parallel(), Sequential(), Batched(3)):
+        executor = _executor(strategy=strategy)
+        plan = executor.prepare([_wait(1)]).plan
+        assert plan == BatchPlan(
+            (RunPlan(0, RoutingClass.READ_ONLY, (0,), ("c1",), ("wait",)),), ()
+        )
+        plan = executor.prepare([ToolCall("c9", "no_such_tool", {})]).plan
+        assert plan == BatchPlan((), (0,), ("c9",))
+        assert "answered without running: c9" in plan.describe()

@@ -296,6 +296,12 @@ class ToolExecutor:
         )
 
     def _plan(self, slots: Sequence[CallSlot]) -> BatchPlan:
+        if len(slots) == 1 and not self.resource_conflicts:  # any strategy: one run, or none
+            only = slots[0]
+            call = only.call
+            if only.routing is RoutingClass.SHORT_CIRCUIT:
+                return BatchPlan((), (0,), (call.id,))
+            return BatchPlan((RunPlan(0, only.routing, (0,), (call.id,), (call.name,)),), ())
         if self.resource_conflicts:  # resource-keyed conflicts: _resources
             cut = keyed_cut(self.strategy, slots)
         else:
