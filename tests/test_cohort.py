@@ -12,11 +12,15 @@ different timeouts, or a pool short of permits, go the general way.
 
 from __future__ import annotations
 
+from typing import Any
+
 import trio
 import trio.testing
 from trio.abc import Instrument
 
 from toolexec import (
+    Allow,
+    Ask,
     Batch,
     ConcurrencyConfig,
     ErrorClass,
@@ -26,6 +30,7 @@ from toolexec import (
     ToolRegistry,
     function_tool,
 )
+from toolexec.approval import ApprovalAnswer
 
 BATCHES: list[Batch] = []
 
@@ -210,3 +215,38 @@ async def test_a_pool_short_of_permits_admits_in_order_the_general_way(
     assert [r.text for r in outcome.results] == ["waited 1"] * 4
     assert started == ["2.0"]  # two at once, the other two when those let go
     _left_clean(executor)
+
+
+class AskForSecond:
+    """A policy asking a human before every call of ``second``."""
+
+    def decide(self, definition: Any, arguments: Any, agent_path: str) -> Any:
+        return Ask("check it") if definition.name == "second" else Allow()
+
+
+@function_tool(side_effects=SideEffects.READ, timeout=5.0)
+async def second() -> str:
+    """Answer; asked for by the policy first."""
+    await trio.lowlevel.checkpoint()
+    return "second ran"
+
+
+class Refuses:
+    async def request(self, request: Any) -> ApprovalAnswer:
+        return ApprovalAnswer(False, "ann", "no")
+
+
+async def test_a_streamed_call_that_waits_for_a_human_never_joins_a_cohort(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    registry = ToolRegistry()
+    registry.register(wait)
+    registry.register(second)
+    executor = ToolExecutor(registry, policy=AskForSecond(), approver=Refuses())
+    batch = executor.open_batch()
+    batch.add(ToolCall("a", "wait", {"seconds": 1}))
+    batch.add(ToolCall("b", "second", {}))
+    batch.close()
+    outcome = await batch.run()
+    assert outcome.results[0].text == "waited 1"
+    assert outcome.results[1].error_class is ErrorClass.USER_DENIED

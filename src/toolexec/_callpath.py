@@ -398,6 +398,8 @@ class Crew:
         timeout = _timeout(slots[0])
         if any(_timeout(slot) != timeout for slot in slots):
             return False
+        if self._aside is not None and any(map(self._aside, slots)):
+            return False  # a call waits for a human or a tool cap first: ``run_call``
         limiter = self._limiter
         for i, slot in enumerate(slots):
             try:
