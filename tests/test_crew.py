@@ -80,7 +80,7 @@ async def test_blocking_calls_get_at_most_one_worker_each_within_the_width(
     assert spawned == 3  # the batch's task is the fourth worker
     start = trio.current_time()
     spawned, _ = await _count_spawns(_executor(width=128), calls)
-    assert spawned == 9
+    assert spawned == 10  # one task for each of the other nine, and their cohort's
     assert trio.current_time() - start == 1  # all ten waited at once
 
 
@@ -138,7 +138,7 @@ async def test_one_tool_that_may_block_keeps_the_crew_ready_to_hire(
     start = trio.current_time()
     spawned, texts = await _count_spawns(_executor(), calls)
     assert texts == [str(i) for i in range(5)] + ["waited 1"] * 5
-    assert spawned == 4  # the first wait blocks, and a worker is hired for each other
+    assert spawned == 5  # the first wait blocks: a task for each other, and their cohort's
     assert trio.current_time() - start == 1
 
 

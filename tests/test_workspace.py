@@ -266,8 +266,7 @@ async def test_paths_over_the_limits_are_refused_naming_the_limit(
     assert await ws.write_bytes("a/" * 255 + "f", b"deep") is True  # 256 components: allowed
     assert await ws.read_bytes("/".join(["a"] * 127 + [".."] * 127 + ["a.txt"])) == b"inside\n"
     refusals = {
-        "a/" * 256 + "f": "has 257 components; a path may have at most 256 "
-        "(the path depth limit).",
+        "a/" * 256 + "f": "has 257 components; a path may have at most 256 (the path depth limit).",
         "d/" * 3000 + "../" * 3000 + "ok.txt": "is 15006 bytes long; a path may be at most "
         "4096 bytes (the path length limit).",
         str(world["root"]) + "/" + "a/" * 257: "has 257 components; a path may have at most 256 "

@@ -245,6 +245,33 @@ async def admit_in_order(
         nursery.start_soon(run_call, rt, slot, report, None, True)
 
 
+class _Cohort:
+    """Calls started together in one scheduling pass, under one deadline (``Crew._cohort``).
+
+    Every call's first step runs in the same pass, so the deadline is set
+    once, by the last to arrive: the latest start plus the shared timeout.
+    Until then there is none, and none could have fired: deadlines are
+    looked at between passes.
+    """
+
+    __slots__ = ("arrived", "latest", "scope", "size", "timed_out", "timeout")
+
+    def __init__(self, size: int, timeout: float, scope: trio.CancelScope) -> None:
+        self.size, self.timeout, self.scope = size, timeout, scope
+        self.arrived = 0
+        self.latest = -math.inf
+        # Calls the deadline cancelled, with their start: answered once the
+        # cohort's scope has absorbed the cancellation.
+        self.timed_out: list[tuple[CallSlot, float]] = []
+
+    def started(self, start: float) -> float:
+        """Note a call's start (the last to arrive sets the deadline); the start."""
+        self.latest = max(self.latest, start)
+        if self.arrived == self.size:
+            self.scope.deadline = self.latest + self.timeout
+        return start
+
+
 class Crew:
     """A run's calls, taken in emitted order by at most ``min(N, width)`` workers.
 
@@ -349,10 +376,85 @@ class Crew:
         more = min(self._width - self._hired, left)
         if more > 0:
             assert self._nursery is not None
+            if more == left and self._closed and not self._coming and self._start_cohort():
+                return
             self._hired += more
             self._coming += more
             for _ in range(more):
                 self._nursery.start_soon(self._work, True)
+
+    def _start_cohort(self) -> bool:
+        """Start every call left at once, one task each under one deadline; or say it can't.
+
+        When the width lets every call left have a worker of its own, and
+        they share a timeout, and the class pool has a permit for each now
+        (taken here, in emitted order, on each call's behalf), the calls
+        need no worker loop and no deadline scope each: they start in one
+        scheduling pass, so one deadline, the latest of theirs, serves all
+        (``_cohort``). A call never times out early; it may time out late by
+        as long as that pass took to start the others.
+        """
+        slots = self._slots[self._next :]
+        timeout = _timeout(slots[0])
+        if any(_timeout(slot) != timeout for slot in slots):
+            return False
+        if self._aside is not None and any(map(self._aside, slots)):
+            return False  # a call waits for a human or a tool cap first: ``run_call``
+        limiter = self._limiter
+        for i, slot in enumerate(slots):
+            try:
+                limiter.acquire_on_behalf_of_nowait(slot)
+            except trio.WouldBlock:  # someone waits, or the pool is short: the general way
+                for taken in slots[:i]:
+                    limiter.release_on_behalf_of(taken)
+                return False
+        self._next = len(self._slots)
+        assert self._nursery is not None
+        self._nursery.start_soon(self._cohort, slots, timeout)
+        return True
+
+    async def _cohort(self, slots: Sequence[CallSlot], timeout: float) -> None:
+        """Run calls that start together, one task each; answer those the deadline ended.
+
+        They are answered once the cohort's scope has absorbed the
+        cancellation; if an enclosing scope was cancelled in the same
+        instant, it goes on, and the calls are answered as cancelled.
+        """
+        async with trio.open_nursery() as nursery:
+            cohort = _Cohort(len(slots), timeout, nursery.cancel_scope)
+            for slot in slots:
+                nursery.start_soon(self._member, slot, cohort)
+        for slot, start in cohort.timed_out:
+            self._answer(slot, _timeout_result(slot), start)
+
+    async def _member(self, slot: CallSlot, cohort: _Cohort) -> None:
+        """One call of a cohort, its permit already taken: the tool, under the shared deadline."""
+        rt, report, scope = self._rt, self._report, cohort.scope
+        try:
+            cohort.arrived += 1
+            # A cancel may have landed before the call: never start a tool after it.
+            await trio.lowlevel.checkpoint_if_cancelled()
+            start = cohort.started(_begin(slot, report))
+            output: object = None
+            failure: ToolResult | None = None
+            rt.in_flight += 1
+            try:
+                running, convert = _open(rt, slot, report)
+                value = await running
+                output = value if convert is None else convert(value)
+            except BaseException as exc:
+                if _propagates(exc):
+                    if scope.cancel_called:
+                        cohort.timed_out.append((slot, start))
+                    raise
+                failure = _failed(slot, exc)
+            finally:
+                rt.in_flight -= 1
+            if scope.cancel_called:  # the tool outlived the deadline
+                failure = _timeout_result(slot)
+            _settle(slot, report, output, failure, start)
+        finally:
+            self._limiter.release_on_behalf_of(slot)
 
     async def _work(self, hired: bool = False) -> None:
         """One worker: take a permit, then a call, run it; until no call is left."""
