@@ -59,6 +59,7 @@ import contextvars
 import functools
 import threading
 import time
+import types
 from typing import TYPE_CHECKING, Any, Literal, ParamSpec, TypeVar
 
 import attrs
@@ -68,7 +69,14 @@ from ._executor import ToolExecutor
 from ._public import fixup_module_metadata as _fixup_module_metadata
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Sequence
+    from collections.abc import (
+        AsyncIterator,
+        Awaitable,
+        Callable,
+        Coroutine,
+        Generator,
+        Sequence,
+    )
     from contextlib import AbstractAsyncContextManager
 
     from outcome import Outcome
@@ -193,12 +201,21 @@ class _Job:
             self.batch.cancel()
 
     async def run(self, guest: _Guest) -> None:
-        # Trio side: the outcome (or the error) goes to the future.
+        # Trio side, in a task of its own: the outcome (or the error) goes to
+        # the future.
         if self.context is not None:
             for var, value in self.context.items():
                 var.set(value)  # the host's context: spans, request ids...
-        _HOST.set(guest.host)
         guest.running += 1
+        try:
+            await self.body(guest)
+        finally:
+            guest.running -= 1
+            guest.linger()
+
+    async def body(self, guest: _Guest) -> None:
+        # Trio side: plan and run the batch, hand its outcome to the future.
+        _HOST.set(guest.host)
         try:
             self.batch = batch = guest.executor.prepare(self.calls)
             if self.cancelled:
@@ -213,9 +230,32 @@ class _Job:
             raise
         else:
             guest.host.call(self.finish, result, None)
-        finally:
-            guest.running -= 1
-            guest.linger()
+
+
+@types.coroutine
+def _in_context(
+    context: contextvars.Context, coro: Coroutine[Any, Any, T]
+) -> Generator[Any, Any, T]:
+    """Await ``coro`` with ``context`` as its context variables, in the current task.
+
+    Each step of ``coro`` runs inside ``context.run``, so what it reads and
+    sets is that context's, as if it ran in a task of its own made from a
+    copy of it; what trio sends into the task goes on to ``coro``.
+    """
+    send: Callable[[Any], Any] = coro.send
+    arg: Any = None
+    while True:
+        try:
+            message = context.run(send, arg)
+        except StopIteration as stop:
+            result: T = stop.value
+            return result
+        try:
+            arg = yield message
+        except BaseException as exc:  # thrown into the task (``close``): on to ``coro``
+            send, arg = coro.throw, exc
+        else:
+            send = coro.send
 
 
 def _set_result(future: asyncio.Future[T], value: T) -> None:
@@ -273,15 +313,20 @@ class _Guest:
         self.closed: BaseException | None = None
         self.token: trio.lowlevel.TrioToken | None = None
         self.nursery: trio.Nursery | None = None  # the batches' nursery
-        self.outer: trio.Nursery | None = None  # contexts and the lingerer
+        self.outer: trio.Nursery | None = None  # the contexts
         self.contexts: list[_Context] = []
         self.errors: list[Exception] = []
         self.thread: threading.Thread | None = None
         self.tool_executor: ToolExecutor | None = None
-        # Guest mode's lingerer: its task when parked, and until when it spins.
+        # Guest mode's dispatcher: whether it waits for a batch (``submit``
+        # may hand it one), the batch handed over, its task when parked, and
+        # until when it spins instead of parking.
+        self.dispatcher: trio.lowlevel.Task | None = None
+        self.idle = False
+        self.handed: _Job | None = None
         self.parked: trio.lowlevel.Task | None = None
         self.linger_until = 0.0
-        self.running = 0  # batch tasks running now
+        self.running = 0  # batches running in tasks of their own
 
     # -- trio side ---------------------------------------------------------
 
@@ -292,10 +337,10 @@ class _Guest:
         async with trio.open_nursery() as outer:
             self.token = self.host.token = trio.lowlevel.current_trio_token()
             self.outer = outer
-            if not self.host.threaded:
-                outer.start_soon(self._linger)
             async with trio.open_nursery() as nursery:
                 self.nursery = nursery
+                if not self.host.threaded:
+                    nursery.start_soon(self._dispatch)
                 if self.ready.done():  # the host stopped waiting (cancelled)
                     nursery.cancel_scope.cancel()
                 else:
@@ -308,16 +353,35 @@ class _Guest:
         if self.errors:
             raise BaseExceptionGroup("leaving contexts entered through toolexec.aio", self.errors)
 
-    async def _linger(self) -> None:
-        # Guest mode: stay runnable until ``linger_until``, one step per loop
-        # turn, so the run does not go to wait for I/O in its thread; then
-        # park. Not while a batch runs: it keeps the run busy itself, and a
-        # step more per loop turn would only slow it down.
-        while True:
-            while time.perf_counter() < self.linger_until and not self.running:
-                await trio.lowlevel.checkpoint()
-            self.parked = trio.lowlevel.current_task()
-            await trio.lowlevel.wait_task_rescheduled(self._unpark_on_cancel)
+    async def _dispatch(self) -> None:
+        # Guest mode: run the batches ``submit`` hands over, one at a time, in
+        # this task (a batch submitted while one runs here gets a task of its
+        # own). Between batches, stay runnable until ``linger_until``, one
+        # step per loop turn, so the run does not go to wait for I/O in its
+        # thread; then park. Not while batches run in tasks of their own: they
+        # keep the run busy, and a step more per loop turn would slow them.
+        self.dispatcher = trio.lowlevel.current_task()
+        try:
+            self.idle = True
+            while True:
+                job = self.handed
+                if job is not None:
+                    self.handed = None
+                    assert job.context is not None
+                    await _in_context(job.context, job.body(self))
+                    self.linger_until = time.perf_counter() + LINGER
+                    self.idle = True
+                elif self.running or time.perf_counter() >= self.linger_until:
+                    self.parked = trio.lowlevel.current_task()
+                    await trio.lowlevel.wait_task_rescheduled(self._unpark_on_cancel)
+                else:
+                    await trio.lowlevel.checkpoint()
+        finally:
+            self.idle = False
+            if self.handed is not None:  # handed over as the run ends: never started
+                error = RuntimeError("the trio run stopped before the batch")
+                self.host.call(self.handed.finish, None, error)
+                self.handed = None
 
     def _unpark_on_cancel(self, _raise_cancel: Any) -> trio.lowlevel.Abort:
         self.parked = None
@@ -327,9 +391,14 @@ class _Guest:
         """Keep the run awake a while: another batch may follow soon."""
         if not self.host.threaded:
             self.linger_until = time.perf_counter() + LINGER
-            if self.parked is not None:
-                task, self.parked = self.parked, None
-                trio.lowlevel.reschedule(task)
+            self.wake()
+
+    def wake(self) -> None:
+        # Guest mode, trio side or between steps: the dispatcher, if parked,
+        # runs in the next step.
+        if self.parked is not None:
+            task, self.parked = self.parked, None
+            trio.lowlevel.reschedule(task)
 
     def start(self, fn: Callable[[_Guest], Awaitable[None]]) -> None:
         # Between trio steps (guest mode) or from ``run_sync_soon``: no raising.
@@ -372,10 +441,17 @@ class _Guest:
         token = self._check_open()
         if not self.host.threaded and trio.lowlevel.in_trio_run():
             # Guest mode, on the loop's thread between two steps of the run:
-            # the nursery may take the task now (the new task's context is a
-            # copy of this asyncio task's). Trio wakes its I/O-wait thread if
-            # no step is scheduled, as ``run_sync_soon`` would.
-            self.start(job.run)
+            # trio objects may be touched now. Trio wakes its I/O-wait thread
+            # if no step is scheduled, as ``run_sync_soon`` would.
+            if self.idle:
+                # The dispatcher runs it in its next step, in a copy of this
+                # asyncio task's context variables.
+                self.idle = False
+                job.context = contextvars.copy_context()
+                self.handed = job
+                self.wake()
+            else:
+                self.start(job.run)  # a task of its own (its context: a copy of this one's)
             return
         job.context = contextvars.copy_context()
         token.run_sync_soon(self.start, job.run)
