@@ -71,7 +71,6 @@ from ._public import fixup_module_metadata as _fixup_module_metadata
 if TYPE_CHECKING:
     from collections.abc import (
         AsyncIterator,
-        Awaitable,
         Callable,
         Coroutine,
         Generator,
@@ -341,6 +340,7 @@ class _Guest:
                 self.nursery = nursery
                 if not self.host.threaded:
                     nursery.start_soon(self._dispatch)
+                    self.idle = True  # it takes a batch handed over before its first step
                 if self.ready.done():  # the host stopped waiting (cancelled)
                     nursery.cancel_scope.cancel()
                 else:
@@ -362,7 +362,6 @@ class _Guest:
         # keep the run busy, and a step more per loop turn would slow them.
         self.dispatcher = trio.lowlevel.current_task()
         try:
-            self.idle = True
             while True:
                 job = self.handed
                 if job is not None:
@@ -400,11 +399,14 @@ class _Guest:
             task, self.parked = self.parked, None
             trio.lowlevel.reschedule(task)
 
-    def start(self, fn: Callable[[_Guest], Awaitable[None]]) -> None:
+    def start(self, job: _Job) -> None:
         # Between trio steps (guest mode) or from ``run_sync_soon``: no raising.
         assert self.nursery is not None
-        with contextlib.suppress(RuntimeError):  # closed: the run is ending,
-            self.nursery.start_soon(fn, self)  # and ``finished`` fails the job
+        try:
+            self.nursery.start_soon(job.run, self)
+        except RuntimeError:  # the batches' nursery is closed: the executor is closing
+            error = RuntimeError("the trio run stopped taking batches: the executor is closing")
+            self.host.call(job.finish, None, error)
 
     @property
     def executor(self) -> ToolExecutor:
@@ -451,10 +453,10 @@ class _Guest:
                 self.handed = job
                 self.wake()
             else:
-                self.start(job.run)  # a task of its own (its context: a copy of this one's)
+                self.start(job)  # a task of its own (its context: a copy of this one's)
             return
         job.context = contextvars.copy_context()
-        token.run_sync_soon(self.start, job.run)
+        token.run_sync_soon(self.start, job)
 
     def cancel(self, job: _Job) -> None:
         if self.token is not None and not self.done.done():
