@@ -21,31 +21,43 @@ Two modes, chosen explicitly:
   batch crosses threads twice.
 
 Theory of operation. The run's main task holds two nurseries: an outer one
-for the long-lived contexts (``AsyncioExecutor.enter``) and, in guest mode,
-a lingering task (below); an inner one holding one task per batch. A batch
-is a ``_Job``: its trio task completes an ``asyncio.Future`` (directly in
-guest mode, through ``call_soon_threadsafe`` in thread mode). Cancelling
-the awaiting asyncio task cancels the trio batch (its unfinished calls get
+for the long-lived contexts (``AsyncioExecutor.enter``), and an inner one,
+the batches' nursery. A batch is a ``_Job``: the trio side completes its
+``asyncio.Future`` (directly in guest mode, through ``call_soon_threadsafe``
+in thread mode). In thread mode each batch gets a trio task of its own. In
+guest mode the inner nursery also holds a dispatcher task: a batch
+submitted while it waits runs in it, in a copy of the awaiting asyncio
+task's context variables, so back-to-back batches spawn no task; a batch
+submitted while it is busy gets a task of its own, so batches from several
+asyncio tasks still run together and share the pools. Cancelling the
+awaiting asyncio task cancels the trio batch (its unfinished calls get
 ``cancelled`` results, every task and child process ends), waits for it to
 finish, and then raises ``asyncio.CancelledError`` as asyncio expects.
-Leaving the ``async with`` cancels the batches still running, leaves the
-entered contexts in reverse order, ends the trio run and re-raises its
-error; a run that dies early fails every waiting batch instead of hanging.
+Leaving the ``async with`` cancels the batches still running (the
+dispatcher with them), leaves the entered contexts in reverse order, ends
+the trio run and re-raises its error; a run that dies early fails every
+waiting batch instead of hanging, and a batch submitted once the batches'
+nursery has closed fails at once.
 
 Guest mode and its cost. Each trio scheduler pass of a guest run is one
-asyncio loop callback, so a batch costs one loop turn per pass, plus one
-for its task to start. The batch's task is spawned straight from the
-awaiting asyncio task: on the loop's thread between two guest steps the run
-is at rest, as it is when ``TrioToken.run_sync_soon`` callbacks run, and
-trio schedules a step itself if none is. A guest run whose tasks are all
-blocked waits for I/O in a helper thread and is woken through it: two thread
-hand-offs. So right after a batch a lingering task keeps the run awake a
-short while (yielding, one step per loop turn; parked while a batch runs),
-and a batch that follows soon after costs no hand-off at all.
-``benchmarks/bench_aio.py --profile`` counts steps and hand-offs per batch.
+asyncio loop callback (a guest step), so a batch costs one step per pass
+it needs in ``trio.run``, plus one to start it: a batch that would need no
+pass at all (N = 0 or 1 no-op calls) takes one step. The batch is handed to
+the dispatcher straight from the awaiting asyncio task: on the loop's
+thread between two guest steps the run is at rest, as it is when
+``TrioToken.run_sync_soon`` callbacks run, and trio schedules a step itself
+if none is. The future is completed from that step, so the asyncio task
+resumes in the next loop turn, next to the run's following step. A guest run
+whose tasks are all blocked waits for I/O in a helper thread and is woken
+through it: two thread hand-offs. So after a batch the dispatcher stays
+awake a short while (``LINGER``; yielding, one step per loop turn; not
+while batches run in tasks of their own), and a batch that follows soon
+after costs no hand-off at all. ``benchmarks/bench_aio.py --profile``
+counts steps and hand-offs per batch.
 
 The asyncio side's context variables (an OpenTelemetry span, a request id)
-are copied into the batch's trio task, so sinks see them. Sinks and
+are copied into the batch (its own task, or the dispatcher while it runs
+it; what the batch sets stays in that copy), so sinks see them. Sinks and
 approvers run inside the trio run; ``AsyncioSink`` and ``AsyncioApprover``
 hand their work to the host loop instead, and ``asyncio_tool`` marks a tool
 body written for asyncio.
@@ -92,8 +104,8 @@ T = TypeVar("T")
 Mode = Literal["guest", "thread"]
 MODES: tuple[Mode, ...] = ("guest", "thread")
 
-# How long the guest-mode dispatcher stays awake after a batch starts or
-# ends, in seconds of ``time.perf_counter``: long enough to take the next
+# How long the guest-mode dispatcher stays awake after a batch ends, in
+# seconds of ``time.perf_counter``: long enough to take the next
 # batch of a caller running batches back to back without a thread hand-off,
 # short enough that an idle host loop spins for no noticeable time.
 LINGER = 0.0005
@@ -172,18 +184,20 @@ class _Job:
     def __init__(self, calls: Sequence[ToolCall], future: asyncio.Future[BatchOutcome]) -> None:
         self.calls = calls
         self.future = future
-        # The asyncio side's context variables, when the task is not spawned
-        # from that side (which copies them itself).
+        # A copy of the asyncio side's context variables, when the batch does
+        # not run in a task spawned from that side (which copies them itself):
+        # run by the dispatcher, or started through ``run_sync_soon``.
         self.context: contextvars.Context | None = None
         self.batch: Batch | None = None
         self.cancelled = False
-        # Asyncio side: whether the trio task has ended, and who waits for it
-        # after the awaiting task was cancelled (``future`` is cancelled then).
+        # Asyncio side: whether the batch has ended on the trio side, and who
+        # waits for that after the awaiting task was cancelled (``future`` is
+        # cancelled then).
         self.finished = False
         self.waiter: asyncio.Future[None] | None = None
 
     def finish(self, value: BatchOutcome | None, exc: BaseException | None) -> None:
-        # Asyncio side: the trio task has ended.
+        # Asyncio side: the batch has ended on the trio side.
         self.finished = True
         if not self.future.done():
             if exc is not None:
