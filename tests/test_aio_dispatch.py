@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import types
 from typing import TYPE_CHECKING
 
 import pytest
@@ -26,7 +27,7 @@ from toolexec import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator
+    from collections.abc import AsyncIterator, Generator
 
 
 def _texts(outcome: toolexec.BatchOutcome) -> list[str]:
@@ -182,6 +183,20 @@ def test_a_batch_submitted_as_the_executor_closes_fails_instead_of_hanging() -> 
     asyncio.run(main())
 
 
+def test_a_batch_handed_over_as_the_batches_are_cancelled_fails_instead_of_hanging() -> None:
+    async def main() -> None:
+        async with toolexec.aio.open_executor(_gate_registry(Gate(1))) as ex:
+            assert ex._guest.nursery is not None
+            await ex.execute_batch([])  # the dispatcher has started: it waits now
+            # What closing asks of the run, done here between two guest steps:
+            # the batch is handed over, and the dispatcher meets the cancel first.
+            ex._guest.nursery.cancel_scope.cancel()
+            with pytest.raises(RuntimeError, match="stopped before the batch"):
+                await ex.execute_batch(GATE)
+
+    asyncio.run(main())
+
+
 def test_a_batch_submitted_while_contexts_are_left_fails_instead_of_hanging() -> None:
     leaving = asyncio.Event()
     gate = trio.Event()
@@ -247,3 +262,30 @@ def test_context_variables_a_batch_sets_stay_in_that_batch() -> None:
         return seen
 
     assert asyncio.run(main()) == ["asyncio side", "asyncio side"]
+
+
+@types.coroutine
+def _suspend(message: str) -> Generator[str, str, str]:
+    return (yield message)
+
+
+def test_in_context_steps_the_coroutine_in_the_context_and_passes_a_close_on() -> None:
+    seen: list[tuple[str, str]] = []
+
+    async def inner() -> str:
+        try:
+            sent = await _suspend("first")
+            seen.append(("sent", f"{sent} {MARK.get()}"))
+            await _suspend("second")
+        finally:
+            seen.append(("finally", MARK.get()))
+        return "unreached"  # pragma: no cover
+
+    context = contextvars.copy_context()
+    context.run(MARK.set, "in the copy")
+    outer = toolexec.aio._in_context(context, inner())
+    assert outer.send(None) == "first"
+    assert outer.send("hello") == "second"
+    outer.close()  # as trio does to a task's coroutine when the run is abandoned
+    assert seen == [("sent", "hello in the copy"), ("finally", "in the copy")]
+    assert MARK.get() == "-"
