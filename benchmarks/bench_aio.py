@@ -137,6 +137,7 @@ async def trio_loop(n: int) -> float:
 
 
 STEPS, TRIPS, PASSES = "guest steps", "I/O-wait thread trips", "trio scheduler passes"
+TURNS = "asyncio loop turns"
 
 
 class _Passes(trio.abc.Instrument):
@@ -167,9 +168,9 @@ def _profile_bridged(n: int, idle: bool, counts: collections.Counter[str]) -> No
             for _ in range(IDLE_BATCHES):
                 if idle:
                     await asyncio.sleep(IDLE_GAP)
-                    # The batch's own steps; a thread trip that began while
+                    # The batch's own steps and loop turns; a thread trip that began while
                     # idle is counted, since this batch has to end it.
-                    counts[STEPS] = 0
+                    counts[STEPS] = counts[TURNS] = 0
                 await executor.execute_batch(_calls(n))
                 totals.update(counts)
                 counts.clear()
@@ -226,9 +227,10 @@ def step_costs() -> dict[str, float]:
 def profile() -> None:
     """Count, per batch, the trio steps and the trips to the I/O-wait thread.
 
-    Guest mode: each guest step is one asyncio loop callback; each trip to the
-    I/O-wait thread is two thread hand-offs (there, and back through
-    ``call_soon_threadsafe``). Trio directly: scheduler passes. The counters
+    Guest mode: each guest step is one trio scheduler pass, run from the
+    asyncio loop; each trip to the I/O-wait thread is two thread hand-offs
+    (there, and back through ``call_soon_threadsafe``); and the asyncio loop
+    turns. Trio directly: scheduler passes. The counters
     wrap trio internals, so this is a diagnostic, not a timing.
     """
     import trio._core._run as trio_run
@@ -245,8 +247,16 @@ def profile() -> None:
         counts[TRIPS] += 1
         start_thread_soon(*args, **kwargs)
 
+    loop_class = asyncio.BaseEventLoop
+    run_once = loop_class._run_once  # type: ignore[attr-defined]  # noqa: SLF001 - one turn
+
+    def counted_turn(self: asyncio.BaseEventLoop) -> None:
+        counts[TURNS] += 1
+        run_once(self)
+
     trio_run.GuestState.guest_tick = counted_tick  # type: ignore[method-assign]
     trio_run.start_thread_soon = counted_thread  # type: ignore[attr-defined]
+    loop_class._run_once = counted_turn  # type: ignore[attr-defined]  # noqa: SLF001
     try:
         print("per batch (profile):")
         for n in (0, *SIZES):
@@ -266,6 +276,7 @@ def profile() -> None:
     finally:
         trio_run.GuestState.guest_tick = guest_tick  # type: ignore[method-assign]
         trio_run.start_thread_soon = start_thread_soon  # type: ignore[attr-defined]
+        loop_class._run_once = run_once  # type: ignore[attr-defined]  # noqa: SLF001
 
 
 def _row(label: str, direct: list[float], bridged: list[float], target: bool) -> None:

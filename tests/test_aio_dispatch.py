@@ -289,3 +289,32 @@ def test_in_context_steps_the_coroutine_in_the_context_and_passes_a_close_on() -
     outer.close()  # as trio does to a task's coroutine when the run is abandoned
     assert seen == [("sent", "hello in the copy"), ("finally", "in the copy")]
     assert MARK.get() == "-"
+
+
+def test_a_batch_needing_no_trio_pass_finishes_without_a_loop_turn(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The dispatcher stays awake between the batches however slow the machine.
+    monkeypatch.setattr(toolexec.aio, "LINGER", 3600.0)
+    registry = ToolRegistry()
+    registry.register(function_tool(name="noop", side_effects=SideEffects.READ)(_noop))
+
+    async def main() -> None:
+        async with toolexec.aio.open_executor(registry) as ex:
+            await ex.execute_batch([])  # wakes the run; it stays awake from now on
+            loop = asyncio.get_running_loop()
+            for calls in ([], [ToolCall("1", "noop", {})]):
+                turns: list[int] = []
+                loop.call_soon(turns.append, 1)  # runs at the next loop turn
+                outcome = await ex.execute_batch(calls)
+                assert _texts(outcome) == ["done"] * len(calls)
+                assert turns == []  # no loop turn: the batch ran from this call
+                await asyncio.sleep(0)
+                assert turns == [1]
+
+    asyncio.run(main())
+
+
+async def _noop() -> str:
+    """Do nothing."""
+    return "done"

@@ -39,15 +39,19 @@ the trio run and re-raises its error; a run that dies early fails every
 waiting batch instead of hanging, and a batch submitted once the batches'
 nursery has closed fails at once.
 
-Guest mode and its cost. Each trio scheduler pass of a guest run is one
-asyncio loop callback (a guest step), so a batch costs one step per pass
-it needs in ``trio.run``, plus one to start it: a batch that would need no
+Guest mode and its cost. Each trio scheduler pass of a guest run is a guest
+step, run from the asyncio loop, so a batch costs one step per pass it
+needs in ``trio.run``, plus one to start it: a batch that would need no
 pass at all (N = 0 or 1 no-op calls) takes one step. The batch is handed to
 the dispatcher straight from the awaiting asyncio task: on the loop's
 thread between two guest steps the run is at rest, as it is when
 ``TrioToken.run_sync_soon`` callbacks run, and trio schedules a step itself
-if none is. The future is completed from that step, so the asyncio task
-resumes in the next loop turn, next to the run's following step. A guest run
+if none is. The run's steps go through ``_Steps``: one loop callback runs
+the step trio asks for, unless the submitting task has run it already, at
+once, after handing the batch over (when the run is awake, a step is
+waiting). So a batch needing one step is done before ``execute_batch``
+would first suspend, with no loop turn at all; a longer one completes its
+future from a later step, and the task resumes in the next loop turn. A guest run
 whose tasks are all blocked waits for I/O in a helper thread and is woken
 through it: two thread hand-offs. So after a batch the dispatcher stays
 awake a short while (``LINGER``; yielding, one step per loop turn; not
@@ -314,6 +318,38 @@ class _Context:
             self.exited.set()
 
 
+class _Steps:
+    """Guest mode: the run's next step, run by the loop soon, or at once by a submitter.
+
+    Trio hands each step it wants run soon to ``schedule`` (its
+    ``run_sync_soon_not_threadsafe``); one loop callback at a time runs
+    whichever step is waiting. ``run_now`` runs the waiting step straight
+    away instead, on the loop's thread. A step waits only between two steps,
+    never while one runs, so ``run_now`` cannot run a step inside another.
+    """
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.waiting: Callable[[], object] | None = None
+        self.queued = False  # a loop callback will run the waiting step
+
+    def schedule(self, step: Callable[[], object]) -> None:
+        assert self.waiting is None  # trio asks for one step at a time
+        self.waiting = step
+        if not self.queued:
+            self.queued = True
+            self.loop.call_soon(self._from_loop)
+
+    def _from_loop(self) -> None:
+        self.queued = False
+        self.run_now()
+
+    def run_now(self) -> None:
+        step, self.waiting = self.waiting, None
+        if step is not None:
+            step()
+
+
 class _Guest:
     """The trio run's lifecycle, seen from both sides; trio side where noted."""
 
@@ -323,6 +359,7 @@ class _Guest:
         # The run's end: ``None``, or the error it ended with.
         self.done: asyncio.Future[BaseException | None] = loop.create_future()
         self.jobs: set[_Job] = set()
+        self.steps = _Steps(loop)
         self.closed: BaseException | None = None
         self.token: trio.lowlevel.TrioToken | None = None
         self.nursery: trio.Nursery | None = None  # the batches' nursery
@@ -527,6 +564,13 @@ class AsyncioExecutor:
     async def execute_batch(self, calls: Sequence[ToolCall]) -> BatchOutcome:
         """Run a batch in the trio run; one result per call, in call order.
 
+        In guest mode, when the trio run is awake (it stays so a moment after
+        each batch), the batch starts at once, from this call; a batch that
+        then needs no trio scheduler pass (a few calls that never wait) has
+        finished when it returns, without a turn of the asyncio loop, like a
+        coroutine that never suspends. A loop of such batches that must let
+        other asyncio tasks run should ``await asyncio.sleep(0)`` itself.
+
         Raises:
             asyncio.CancelledError: the awaiting task was cancelled (or timed
                 out). The trio batch was cancelled and has finished: its
@@ -539,6 +583,10 @@ class AsyncioExecutor:
         guest.submit(job)
         guest.jobs.add(job)
         try:
+            if not guest.host.threaded:
+                # The step that takes the batch runs now, not in a later loop
+                # turn; a batch that needs no more steps is done already.
+                guest.steps.run_now()
             # Not shielded: a shield costs a loop turn per batch. A cancel
             # cancels ``job.future``; ``job.waiter`` then says when it ended.
             return await job.future
@@ -659,7 +707,7 @@ async def open_executor(
             registry,
             executor_kwargs,
             run_sync_soon_threadsafe=loop.call_soon_threadsafe,
-            run_sync_soon_not_threadsafe=loop.call_soon,
+            run_sync_soon_not_threadsafe=guest.steps.schedule,
             done_callback=guest.guest_finished,
             host_uses_signal_set_wakeup_fd=threading.current_thread() is threading.main_thread(),
         )
