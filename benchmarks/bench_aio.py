@@ -12,7 +12,11 @@ ratio. Rows:
 - after idle: the loop idles 2 ms before each batch, so the guest run has
   gone to wait for I/O in its helper thread and must be woken through it
   (two thread hand-offs), and the batch's own time is measured;
-- thread mode: ``mode="thread"``, every batch crossing threads twice.
+- thread mode: ``mode="thread"``, every batch crossing threads twice;
+- inside the guest run: the same loop of batches run by a trio task of a
+  guest run on an asyncio loop, no bridge at all: what guest mode itself
+  costs over ``trio.run`` (each trio pass an asyncio loop callback), the
+  part of the overhead the bridge cannot remove.
 
 The load average is printed before and after: compare runs only on a quiet
 machine.
@@ -102,7 +106,38 @@ def aio_per_batch(n: int, idle: bool = False, mode: toolexec.aio.Mode = "guest")
     return asyncio.run(main())
 
 
+def guest_inside_per_batch(n: int) -> float:
+    """Seconds per batch of ``n`` calls, looped by a trio task of a guest run (no bridge)."""
+
+    async def main() -> float:
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[Any] = loop.create_future()
+        trio.lowlevel.start_guest_run(
+            functools.partial(trio_loop, n),
+            run_sync_soon_threadsafe=loop.call_soon_threadsafe,
+            run_sync_soon_not_threadsafe=loop.call_soon,
+            done_callback=done.set_result,
+            host_uses_signal_set_wakeup_fd=True,
+        )
+        spent: float = (await done).unwrap()
+        return spent
+
+    return asyncio.run(main())
+
+
+async def trio_loop(n: int) -> float:
+    """Seconds per batch of ``n`` calls, back to back in the current trio run."""
+    batches, calls = _plan(n, False)
+    executor = ToolExecutor(_registry())
+    await executor.execute_batch(calls)  # warm up
+    start = time.perf_counter()
+    for _ in range(batches):
+        await executor.execute_batch(calls)
+    return (time.perf_counter() - start) / batches
+
+
 STEPS, TRIPS, PASSES = "guest steps", "I/O-wait thread trips", "trio scheduler passes"
+TURNS = "asyncio loop turns"
 
 
 class _Passes(trio.abc.Instrument):
@@ -133,9 +168,9 @@ def _profile_bridged(n: int, idle: bool, counts: collections.Counter[str]) -> No
             for _ in range(IDLE_BATCHES):
                 if idle:
                     await asyncio.sleep(IDLE_GAP)
-                    # The batch's own steps; a thread trip that began while
+                    # The batch's own steps and loop turns; a thread trip that began while
                     # idle is counted, since this batch has to end it.
-                    counts[STEPS] = 0
+                    counts[STEPS] = counts[TURNS] = 0
                 await executor.execute_batch(_calls(n))
                 totals.update(counts)
                 counts.clear()
@@ -192,9 +227,10 @@ def step_costs() -> dict[str, float]:
 def profile() -> None:
     """Count, per batch, the trio steps and the trips to the I/O-wait thread.
 
-    Guest mode: each guest step is one asyncio loop callback; each trip to the
-    I/O-wait thread is two thread hand-offs (there, and back through
-    ``call_soon_threadsafe``). Trio directly: scheduler passes. The counters
+    Guest mode: each guest step is one trio scheduler pass, run from the
+    asyncio loop; each trip to the I/O-wait thread is two thread hand-offs
+    (there, and back through ``call_soon_threadsafe``); and the asyncio loop
+    turns. Trio directly: scheduler passes. The counters
     wrap trio internals, so this is a diagnostic, not a timing.
     """
     import trio._core._run as trio_run
@@ -211,8 +247,16 @@ def profile() -> None:
         counts[TRIPS] += 1
         start_thread_soon(*args, **kwargs)
 
+    loop_class = asyncio.BaseEventLoop
+    run_once = loop_class._run_once  # type: ignore[attr-defined]  # noqa: SLF001 - one turn
+
+    def counted_turn(self: asyncio.BaseEventLoop) -> None:
+        counts[TURNS] += 1
+        run_once(self)
+
     trio_run.GuestState.guest_tick = counted_tick  # type: ignore[method-assign]
     trio_run.start_thread_soon = counted_thread  # type: ignore[attr-defined]
+    loop_class._run_once = counted_turn  # type: ignore[attr-defined]  # noqa: SLF001
     try:
         print("per batch (profile):")
         for n in (0, *SIZES):
@@ -232,6 +276,7 @@ def profile() -> None:
     finally:
         trio_run.GuestState.guest_tick = guest_tick  # type: ignore[method-assign]
         trio_run.start_thread_soon = start_thread_soon  # type: ignore[attr-defined]
+        loop_class._run_once = run_once  # type: ignore[attr-defined]  # noqa: SLF001
 
 
 def _row(label: str, direct: list[float], bridged: list[float], target: bool) -> None:
@@ -254,19 +299,23 @@ def main() -> None:
     print(
         f"{'batch of N no-op calls':<26}{'trio us':>10}{'aio us':>10}{'delta us':>10}{'ratio':>8}"
     )
-    rows: list[tuple[str, int, bool, toolexec.aio.Mode, bool]] = [
+    rows: list[tuple[str, int, bool, toolexec.aio.Mode | None, bool]] = [
         *((f"N={n}, guest", n, False, "guest", True) for n in (0, *SIZES)),
         *((f"N={n}, guest, after idle", n, True, "guest", False) for n in (1, 10)),
         *((f"N={n}, thread mode", n, False, "thread", False) for n in (1, 10)),
+        *((f"N={n}, inside guest run", n, False, None, False) for n in SIZES),
     ]
     for label, n, idle, mode, target in rows:
         direct, bridged = [], []
         for _ in range(repeats):  # interleaved, so noise hits both alike
             direct.append(trio_per_batch(n, idle))
-            bridged.append(aio_per_batch(n, idle, mode))
+            bridged.append(
+                guest_inside_per_batch(n) if mode is None else aio_per_batch(n, idle, mode)
+            )
         _row(label, direct, bridged, target)
     print("\nN=0 is an empty batch: the bridge's own round trip, nearly nothing else.")
     print(f"after idle: {IDLE_GAP * 1e3:.0f} ms of idle loop before each (untimed) batch.")
+    print("inside guest run: no bridge; guest mode's own cost, a floor for the rows above.")
     print("load average after: {:.2f} {:.2f} {:.2f}".format(*os.getloadavg()))
 
 

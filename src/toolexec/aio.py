@@ -21,31 +21,47 @@ Two modes, chosen explicitly:
   batch crosses threads twice.
 
 Theory of operation. The run's main task holds two nurseries: an outer one
-for the long-lived contexts (``AsyncioExecutor.enter``) and, in guest mode,
-a lingering task (below); an inner one holding one task per batch. A batch
-is a ``_Job``: its trio task completes an ``asyncio.Future`` (directly in
-guest mode, through ``call_soon_threadsafe`` in thread mode). Cancelling
-the awaiting asyncio task cancels the trio batch (its unfinished calls get
+for the long-lived contexts (``AsyncioExecutor.enter``), and an inner one,
+the batches' nursery. A batch is a ``_Job``: the trio side completes its
+``asyncio.Future`` (directly in guest mode, through ``call_soon_threadsafe``
+in thread mode). In thread mode each batch gets a trio task of its own. In
+guest mode the inner nursery also holds a dispatcher task: a batch
+submitted while it waits runs in it, in a copy of the awaiting asyncio
+task's context variables, so back-to-back batches spawn no task; a batch
+submitted while it is busy gets a task of its own, so batches from several
+asyncio tasks still run together and share the pools. Cancelling the
+awaiting asyncio task cancels the trio batch (its unfinished calls get
 ``cancelled`` results, every task and child process ends), waits for it to
 finish, and then raises ``asyncio.CancelledError`` as asyncio expects.
-Leaving the ``async with`` cancels the batches still running, leaves the
-entered contexts in reverse order, ends the trio run and re-raises its
-error; a run that dies early fails every waiting batch instead of hanging.
+Leaving the ``async with`` cancels the batches still running (the
+dispatcher with them), leaves the entered contexts in reverse order, ends
+the trio run and re-raises its error; a run that dies early fails every
+waiting batch instead of hanging, and a batch submitted once the batches'
+nursery has closed fails at once.
 
-Guest mode and its cost. Each trio scheduler pass of a guest run is one
-asyncio loop callback, so a batch costs one loop turn per pass, plus one
-for its task to start. The batch's task is spawned straight from the
-awaiting asyncio task: on the loop's thread between two guest steps the run
-is at rest, as it is when ``TrioToken.run_sync_soon`` callbacks run, and
-trio schedules a step itself if none is. A guest run whose tasks are all
-blocked waits for I/O in a helper thread and is woken through it: two thread
-hand-offs. So right after a batch a lingering task keeps the run awake a
-short while (yielding, one step per loop turn; parked while a batch runs),
-and a batch that follows soon after costs no hand-off at all.
-``benchmarks/bench_aio.py --profile`` counts steps and hand-offs per batch.
+Guest mode and its cost. Each trio scheduler pass of a guest run is a guest
+step, run from the asyncio loop, so a batch costs one step per pass it
+needs in ``trio.run``, plus one to start it: a batch that would need no
+pass at all (N = 0 or 1 no-op calls) takes one step. The batch is handed to
+the dispatcher straight from the awaiting asyncio task: on the loop's
+thread between two guest steps the run is at rest, as it is when
+``TrioToken.run_sync_soon`` callbacks run, and trio schedules a step itself
+if none is. The run's steps go through ``_Steps``: one loop callback runs
+the step trio asks for, unless the submitting task has run it already, at
+once, after handing the batch over (when the run is awake, a step is
+waiting). So a batch needing one step is done before ``execute_batch``
+would first suspend, with no loop turn at all; a longer one completes its
+future from a later step, and the task resumes in the next loop turn. A guest run
+whose tasks are all blocked waits for I/O in a helper thread and is woken
+through it: two thread hand-offs. So after a batch the dispatcher stays
+awake a short while (``LINGER``; yielding, one step per loop turn; not
+while batches run in tasks of their own), and a batch that follows soon
+after costs no hand-off at all. ``benchmarks/bench_aio.py --profile``
+counts steps and hand-offs per batch.
 
 The asyncio side's context variables (an OpenTelemetry span, a request id)
-are copied into the batch's trio task, so sinks see them. Sinks and
+are copied into the batch (its own task, or the dispatcher while it runs
+it; what the batch sets stays in that copy), so sinks see them. Sinks and
 approvers run inside the trio run; ``AsyncioSink`` and ``AsyncioApprover``
 hand their work to the host loop instead, and ``asyncio_tool`` marks a tool
 body written for asyncio.
@@ -59,6 +75,7 @@ import contextvars
 import functools
 import threading
 import time
+import types
 from typing import TYPE_CHECKING, Any, Literal, ParamSpec, TypeVar
 
 import attrs
@@ -68,7 +85,13 @@ from ._executor import ToolExecutor
 from ._public import fixup_module_metadata as _fixup_module_metadata
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Sequence
+    from collections.abc import (
+        AsyncIterator,
+        Callable,
+        Coroutine,
+        Generator,
+        Sequence,
+    )
     from contextlib import AbstractAsyncContextManager
 
     from outcome import Outcome
@@ -85,8 +108,8 @@ T = TypeVar("T")
 Mode = Literal["guest", "thread"]
 MODES: tuple[Mode, ...] = ("guest", "thread")
 
-# How long the guest-mode dispatcher stays awake after a batch starts or
-# ends, in seconds of ``time.perf_counter``: long enough to take the next
+# How long the guest-mode dispatcher stays awake after a batch ends, in
+# seconds of ``time.perf_counter``: long enough to take the next
 # batch of a caller running batches back to back without a thread hand-off,
 # short enough that an idle host loop spins for no noticeable time.
 LINGER = 0.0005
@@ -165,18 +188,20 @@ class _Job:
     def __init__(self, calls: Sequence[ToolCall], future: asyncio.Future[BatchOutcome]) -> None:
         self.calls = calls
         self.future = future
-        # The asyncio side's context variables, when the task is not spawned
-        # from that side (which copies them itself).
+        # A copy of the asyncio side's context variables, when the batch does
+        # not run in a task spawned from that side (which copies them itself):
+        # run by the dispatcher, or started through ``run_sync_soon``.
         self.context: contextvars.Context | None = None
         self.batch: Batch | None = None
         self.cancelled = False
-        # Asyncio side: whether the trio task has ended, and who waits for it
-        # after the awaiting task was cancelled (``future`` is cancelled then).
+        # Asyncio side: whether the batch has ended on the trio side, and who
+        # waits for that after the awaiting task was cancelled (``future`` is
+        # cancelled then).
         self.finished = False
         self.waiter: asyncio.Future[None] | None = None
 
     def finish(self, value: BatchOutcome | None, exc: BaseException | None) -> None:
-        # Asyncio side: the trio task has ended.
+        # Asyncio side: the batch has ended on the trio side.
         self.finished = True
         if not self.future.done():
             if exc is not None:
@@ -193,12 +218,21 @@ class _Job:
             self.batch.cancel()
 
     async def run(self, guest: _Guest) -> None:
-        # Trio side: the outcome (or the error) goes to the future.
+        # Trio side, in a task of its own: the outcome (or the error) goes to
+        # the future.
         if self.context is not None:
             for var, value in self.context.items():
                 var.set(value)  # the host's context: spans, request ids...
-        _HOST.set(guest.host)
         guest.running += 1
+        try:
+            await self.body(guest)
+        finally:
+            guest.running -= 1
+            guest.linger()
+
+    async def body(self, guest: _Guest) -> None:
+        # Trio side: plan and run the batch, hand its outcome to the future.
+        _HOST.set(guest.host)
         try:
             self.batch = batch = guest.executor.prepare(self.calls)
             if self.cancelled:
@@ -213,9 +247,32 @@ class _Job:
             raise
         else:
             guest.host.call(self.finish, result, None)
-        finally:
-            guest.running -= 1
-            guest.linger()
+
+
+@types.coroutine
+def _in_context(
+    context: contextvars.Context, coro: Coroutine[Any, Any, T]
+) -> Generator[Any, Any, T]:
+    """Await ``coro`` with ``context`` as its context variables, in the current task.
+
+    Each step of ``coro`` runs inside ``context.run``, so what it reads and
+    sets is that context's, as if it ran in a task of its own made from a
+    copy of it; what trio sends into the task goes on to ``coro``.
+    """
+    send: Callable[[Any], Any] = coro.send
+    arg: Any = None
+    while True:
+        try:
+            message = context.run(send, arg)
+        except StopIteration as stop:
+            result: T = stop.value
+            return result
+        try:
+            arg = yield message
+        except BaseException as exc:  # thrown into the task (``close``): on to ``coro``
+            send, arg = coro.throw, exc
+        else:
+            send = coro.send
 
 
 def _set_result(future: asyncio.Future[T], value: T) -> None:
@@ -261,6 +318,38 @@ class _Context:
             self.exited.set()
 
 
+class _Steps:
+    """Guest mode: the run's next step, run by the loop soon, or at once by a submitter.
+
+    Trio hands each step it wants run soon to ``schedule`` (its
+    ``run_sync_soon_not_threadsafe``); one loop callback at a time runs
+    whichever step is waiting. ``run_now`` runs the waiting step straight
+    away instead, on the loop's thread. A step waits only between two steps,
+    never while one runs, so ``run_now`` cannot run a step inside another.
+    """
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.waiting: Callable[[], object] | None = None
+        self.queued = False  # a loop callback will run the waiting step
+
+    def schedule(self, step: Callable[[], object]) -> None:
+        assert self.waiting is None  # trio asks for one step at a time
+        self.waiting = step
+        if not self.queued:
+            self.queued = True
+            self.loop.call_soon(self._from_loop)
+
+    def _from_loop(self) -> None:
+        self.queued = False
+        self.run_now()
+
+    def run_now(self) -> None:
+        step, self.waiting = self.waiting, None
+        if step is not None:
+            step()
+
+
 class _Guest:
     """The trio run's lifecycle, seen from both sides; trio side where noted."""
 
@@ -270,18 +359,24 @@ class _Guest:
         # The run's end: ``None``, or the error it ended with.
         self.done: asyncio.Future[BaseException | None] = loop.create_future()
         self.jobs: set[_Job] = set()
+        self.steps = _Steps(loop)
         self.closed: BaseException | None = None
         self.token: trio.lowlevel.TrioToken | None = None
         self.nursery: trio.Nursery | None = None  # the batches' nursery
-        self.outer: trio.Nursery | None = None  # contexts and the lingerer
+        self.outer: trio.Nursery | None = None  # the contexts
         self.contexts: list[_Context] = []
         self.errors: list[Exception] = []
         self.thread: threading.Thread | None = None
         self.tool_executor: ToolExecutor | None = None
-        # Guest mode's lingerer: its task when parked, and until when it spins.
+        # Guest mode's dispatcher: whether it waits for a batch (``submit``
+        # may hand it one), the batch handed over, its task when parked, and
+        # until when it spins instead of parking.
+        self.dispatcher: trio.lowlevel.Task | None = None
+        self.idle = False
+        self.handed: _Job | None = None
         self.parked: trio.lowlevel.Task | None = None
         self.linger_until = 0.0
-        self.running = 0  # batch tasks running now
+        self.running = 0  # batches running in tasks of their own
 
     # -- trio side ---------------------------------------------------------
 
@@ -292,10 +387,11 @@ class _Guest:
         async with trio.open_nursery() as outer:
             self.token = self.host.token = trio.lowlevel.current_trio_token()
             self.outer = outer
-            if not self.host.threaded:
-                outer.start_soon(self._linger)
             async with trio.open_nursery() as nursery:
                 self.nursery = nursery
+                if not self.host.threaded:
+                    nursery.start_soon(self._dispatch)
+                    self.idle = True  # it takes a batch handed over before its first step
                 if self.ready.done():  # the host stopped waiting (cancelled)
                     nursery.cancel_scope.cancel()
                 else:
@@ -308,16 +404,34 @@ class _Guest:
         if self.errors:
             raise BaseExceptionGroup("leaving contexts entered through toolexec.aio", self.errors)
 
-    async def _linger(self) -> None:
-        # Guest mode: stay runnable until ``linger_until``, one step per loop
-        # turn, so the run does not go to wait for I/O in its thread; then
-        # park. Not while a batch runs: it keeps the run busy itself, and a
-        # step more per loop turn would only slow it down.
-        while True:
-            while time.perf_counter() < self.linger_until and not self.running:
-                await trio.lowlevel.checkpoint()
-            self.parked = trio.lowlevel.current_task()
-            await trio.lowlevel.wait_task_rescheduled(self._unpark_on_cancel)
+    async def _dispatch(self) -> None:
+        # Guest mode: run the batches ``submit`` hands over, one at a time, in
+        # this task (a batch submitted while one runs here gets a task of its
+        # own). Between batches, stay runnable until ``linger_until``, one
+        # step per loop turn, so the run does not go to wait for I/O in its
+        # thread; then park. Not while batches run in tasks of their own: they
+        # keep the run busy, and a step more per loop turn would slow them.
+        self.dispatcher = trio.lowlevel.current_task()
+        try:
+            while True:
+                job = self.handed
+                if job is not None:
+                    self.handed = None
+                    assert job.context is not None
+                    await _in_context(job.context, job.body(self))
+                    self.linger_until = time.perf_counter() + LINGER
+                    self.idle = True
+                elif self.running or time.perf_counter() >= self.linger_until:
+                    self.parked = trio.lowlevel.current_task()
+                    await trio.lowlevel.wait_task_rescheduled(self._unpark_on_cancel)
+                else:
+                    await trio.lowlevel.checkpoint()
+        finally:
+            self.idle = False
+            if self.handed is not None:  # handed over as the run ends: never started
+                error = RuntimeError("the trio run stopped before the batch")
+                self.host.call(self.handed.finish, None, error)
+                self.handed = None
 
     def _unpark_on_cancel(self, _raise_cancel: Any) -> trio.lowlevel.Abort:
         self.parked = None
@@ -327,15 +441,23 @@ class _Guest:
         """Keep the run awake a while: another batch may follow soon."""
         if not self.host.threaded:
             self.linger_until = time.perf_counter() + LINGER
-            if self.parked is not None:
-                task, self.parked = self.parked, None
-                trio.lowlevel.reschedule(task)
+            self.wake()
 
-    def start(self, fn: Callable[[_Guest], Awaitable[None]]) -> None:
+    def wake(self) -> None:
+        # Guest mode, trio side or between steps: the dispatcher, if parked,
+        # runs in the next step.
+        if self.parked is not None:
+            task, self.parked = self.parked, None
+            trio.lowlevel.reschedule(task)
+
+    def start(self, job: _Job) -> None:
         # Between trio steps (guest mode) or from ``run_sync_soon``: no raising.
         assert self.nursery is not None
-        with contextlib.suppress(RuntimeError):  # closed: the run is ending,
-            self.nursery.start_soon(fn, self)  # and ``finished`` fails the job
+        try:
+            self.nursery.start_soon(job.run, self)
+        except RuntimeError:  # the batches' nursery is closed: the executor is closing
+            error = RuntimeError("the trio run stopped taking batches: the executor is closing")
+            self.host.call(job.finish, None, error)
 
     @property
     def executor(self) -> ToolExecutor:
@@ -372,13 +494,20 @@ class _Guest:
         token = self._check_open()
         if not self.host.threaded and trio.lowlevel.in_trio_run():
             # Guest mode, on the loop's thread between two steps of the run:
-            # the nursery may take the task now (the new task's context is a
-            # copy of this asyncio task's). Trio wakes its I/O-wait thread if
-            # no step is scheduled, as ``run_sync_soon`` would.
-            self.start(job.run)
+            # trio objects may be touched now. Trio wakes its I/O-wait thread
+            # if no step is scheduled, as ``run_sync_soon`` would.
+            if self.idle:
+                # The dispatcher runs it in its next step, in a copy of this
+                # asyncio task's context variables.
+                self.idle = False
+                job.context = contextvars.copy_context()
+                self.handed = job
+                self.wake()
+            else:
+                self.start(job)  # a task of its own (its context: a copy of this one's)
             return
         job.context = contextvars.copy_context()
-        token.run_sync_soon(self.start, job.run)
+        token.run_sync_soon(self.start, job)
 
     def cancel(self, job: _Job) -> None:
         if self.token is not None and not self.done.done():
@@ -435,6 +564,13 @@ class AsyncioExecutor:
     async def execute_batch(self, calls: Sequence[ToolCall]) -> BatchOutcome:
         """Run a batch in the trio run; one result per call, in call order.
 
+        In guest mode, when the trio run is awake (it stays so a moment after
+        each batch), the batch starts at once, from this call; a batch that
+        then needs no trio scheduler pass (a few calls that never wait) has
+        finished when it returns, without a turn of the asyncio loop, like a
+        coroutine that never suspends. A loop of such batches that must let
+        other asyncio tasks run should ``await asyncio.sleep(0)`` itself.
+
         Raises:
             asyncio.CancelledError: the awaiting task was cancelled (or timed
                 out). The trio batch was cancelled and has finished: its
@@ -447,6 +583,10 @@ class AsyncioExecutor:
         guest.submit(job)
         guest.jobs.add(job)
         try:
+            if not guest.host.threaded:
+                # The step that takes the batch runs now, not in a later loop
+                # turn; a batch that needs no more steps is done already.
+                guest.steps.run_now()
             # Not shielded: a shield costs a loop turn per batch. A cancel
             # cancels ``job.future``; ``job.waiter`` then says when it ended.
             return await job.future
@@ -567,7 +707,7 @@ async def open_executor(
             registry,
             executor_kwargs,
             run_sync_soon_threadsafe=loop.call_soon_threadsafe,
-            run_sync_soon_not_threadsafe=loop.call_soon,
+            run_sync_soon_not_threadsafe=guest.steps.schedule,
             done_callback=guest.guest_finished,
             host_uses_signal_set_wakeup_fd=threading.current_thread() is threading.main_thread(),
         )
