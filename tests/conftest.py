@@ -6,6 +6,7 @@ share ``FileTool``, the ``registry`` of two of them, ``write`` and ``Scripted``.
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import os
 import sys
@@ -257,3 +258,29 @@ class Scripted:
 
     def resolved(self, request: ApprovalRequest, answer: ApprovalAnswer) -> None:
         self.told.append(answer)
+
+
+class Gate:
+    """A tool recording overlap: announces entry to asyncio, waits for a trio event.
+
+    Its trio code runs on the asyncio thread (``toolexec.aio`` guest mode), so
+    it may set the asyncio event directly.
+    """
+
+    def __init__(self, expected: int) -> None:
+        self.active = self.peak = self.entries = 0
+        self.expected = expected
+        self.entered = asyncio.Event()  # set once ``expected`` calls are inside
+        self.release = trio.Event()
+
+    async def __call__(self) -> str:
+        self.active += 1
+        self.entries += 1
+        self.peak = max(self.peak, self.active)
+        if self.entries == self.expected:
+            self.entered.set()
+        try:
+            await self.release.wait()
+        finally:
+            self.active -= 1
+        return "ok"

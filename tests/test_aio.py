@@ -15,7 +15,7 @@ import pytest
 import trio
 
 import toolexec.aio
-from conftest import process_alive
+from conftest import Gate, process_alive
 from toolexec import (
     ConcurrencyConfig,
     ErrorClass,
@@ -127,26 +127,6 @@ def test_asyncio_timeout_around_a_batch_cancels_it(tmp_path: Path) -> None:
             assert not process_alive(pid)
 
     asyncio.run(main())
-
-
-class Gate:
-    """A tool that counts overlap, announces entry to asyncio, waits for a trio event."""
-
-    def __init__(self, expected: int) -> None:
-        self.active = self.peak = self.entries = 0
-        self.expected = expected
-        self.entered = asyncio.Event()  # set once ``expected`` calls are inside
-        self.release = trio.Event()
-
-    async def __call__(self) -> str:
-        self.active += 1
-        self.entries += 1
-        self.peak = max(self.peak, self.active)
-        if self.entries == self.expected:
-            self.entered.set()  # trio code runs on the asyncio thread
-        await self.release.wait()
-        self.active -= 1
-        return "ok"
 
 
 def _gate_overlap(width: int) -> int:

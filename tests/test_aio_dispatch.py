@@ -18,6 +18,7 @@ import pytest
 import trio
 
 import toolexec.aio
+from conftest import Gate
 from toolexec import (
     ConcurrencyConfig,
     SideEffects,
@@ -42,28 +43,6 @@ def _batch_tasks(ex: toolexec.aio.AsyncioExecutor) -> set[trio.lowlevel.Task]:
     if guest.dispatcher is not None and guest.idle:
         tasks.discard(guest.dispatcher)
     return tasks
-
-
-class Gate:
-    """A tool recording overlap: announces entry to asyncio, waits for a trio event."""
-
-    def __init__(self, expected: int) -> None:
-        self.active = self.peak = self.entries = 0
-        self.expected = expected
-        self.entered = asyncio.Event()  # set once ``expected`` calls are inside
-        self.release = trio.Event()
-
-    async def __call__(self) -> str:
-        self.active += 1
-        self.entries += 1
-        self.peak = max(self.peak, self.active)
-        if self.entries == self.expected:
-            self.entered.set()  # trio code runs on the asyncio thread
-        try:
-            await self.release.wait()
-        finally:
-            self.active -= 1
-        return "ok"
 
 
 def _gate_registry(gate: Gate) -> ToolRegistry:
