@@ -54,8 +54,8 @@ pytestmark = pytest.mark.skipif(
 T = TypeVar("T")
 LONG = stress_profile() == "stress-long"
 BATCH = 40  # commands drawn per example, about 45% of them READ
-MIN_RUN = 100_000 if LONG else 1_000  # distinct READ commands that must have run
-EXAMPLES = 1_000 if LONG else 100  # per round; rounds run until MIN_RUN is reached
+MIN_RUN = 100_000 if LONG else 600  # distinct READ commands that must have run
+EXAMPLES = 1_000 if LONG else 60  # per round; rounds run until MIN_RUN is reached
 MAX_ROUNDS = 20 if LONG else 3
 
 # -- the scratch tree -------------------------------------------------------------------

@@ -184,7 +184,7 @@ async def _run(case: Case, root: Path) -> None:
     assert executor.statistics().calls_in_flight == 0
 
 
-_examples = 40 if stress_profile() == "stress-short" else 1000
+_examples = 20 if stress_profile() == "stress-short" else 1000
 
 
 @settings(settings.get_profile(stress_profile()), max_examples=_examples)
