@@ -19,7 +19,16 @@ import coverage
 import pytest
 import trio
 
-from toolexec import SideEffects, ToolCall, ToolContext, ToolDefinition, ToolOutput, ToolRegistry
+from toolexec import (
+    Batch,
+    SideEffects,
+    ToolCall,
+    ToolContext,
+    ToolDefinition,
+    ToolOutput,
+    ToolRegistry,
+    function_tool,
+)
 from toolexec._reaper import _PROGRAM, _REAPER
 from toolexec._supervisor import processes
 from toolexec.approval import ApprovalAnswer, ApprovalRequest
@@ -284,3 +293,34 @@ class Gate:
         finally:
             self.active -= 1
         return "ok"
+
+
+class SpawnCounter(trio.abc.Instrument):
+    """A trio instrument counting the tasks spawned while it is added."""
+
+    def __init__(self) -> None:
+        self.spawned = 0
+
+    def task_spawned(self, task: trio.lowlevel.Task) -> None:
+        self.spawned += 1
+
+
+@function_tool(side_effects=SideEffects.READ, timeout=5.0)
+async def stubborn(seconds: float) -> str:
+    """Wait through its cancellation (a shielded cleanup), then answer."""
+    with trio.CancelScope(shield=True):
+        await trio.sleep(seconds)
+    return "finished anyway"
+
+
+#: The batch ``cancels_its_batch`` cancels: a test puts it here before running it.
+BATCHES: list[Batch] = []
+
+
+@function_tool(side_effects=SideEffects.READ, timeout=5.0)
+async def cancels_its_batch() -> str:
+    """Wait; when its deadline cancels it, cancel its batch (the host, in that instant)."""
+    try:
+        await trio.sleep_forever()
+    finally:
+        BATCHES[0].cancel()

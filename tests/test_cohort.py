@@ -16,12 +16,11 @@ from typing import Any
 
 import trio
 import trio.testing
-from trio.abc import Instrument
 
+from conftest import BATCHES, SpawnCounter, cancels_its_batch, stubborn
 from toolexec import (
     Allow,
     Ask,
-    Batch,
     ConcurrencyConfig,
     ErrorClass,
     SideEffects,
@@ -31,8 +30,6 @@ from toolexec import (
     function_tool,
 )
 from toolexec.approval import ApprovalAnswer
-
-BATCHES: list[Batch] = []
 
 
 @function_tool(side_effects=SideEffects.READ, timeout=5.0)
@@ -47,31 +44,6 @@ async def short(seconds: float) -> str:
     """Wait, then answer; a shorter timeout."""
     await trio.sleep(seconds)
     return f"short {seconds}"
-
-
-@function_tool(side_effects=SideEffects.READ, timeout=5.0)
-async def stubborn(seconds: float) -> str:
-    """Wait through its cancellation (a shielded cleanup), then answer."""
-    with trio.CancelScope(shield=True):
-        await trio.sleep(seconds)
-    return "finished anyway"
-
-
-@function_tool(side_effects=SideEffects.READ, timeout=5.0)
-async def cancels_its_batch() -> str:
-    """Wait; when the deadline cancels it, cancel its batch (the host, in that instant)."""
-    try:
-        await trio.sleep_forever()
-    finally:
-        BATCHES[0].cancel()
-
-
-class SpawnCounter(Instrument):
-    def __init__(self) -> None:
-        self.spawned = 0
-
-    def task_spawned(self, task: trio.lowlevel.Task) -> None:
-        self.spawned += 1
 
 
 def _executor(width: int = 128) -> ToolExecutor:

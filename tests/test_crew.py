@@ -15,6 +15,7 @@ import trio
 import trio.testing
 from trio.abc import Instrument
 
+from conftest import SpawnCounter
 from toolexec import (
     ConcurrencyConfig,
     ErrorClass,
@@ -25,14 +26,6 @@ from toolexec import (
     function_tool,
 )
 from toolexec._registry import cannot_suspend
-
-
-class SpawnCounter(Instrument):
-    def __init__(self) -> None:
-        self.spawned = 0
-
-    def task_spawned(self, task: trio.lowlevel.Task) -> None:
-        self.spawned += 1
 
 
 @function_tool(side_effects=SideEffects.READ)

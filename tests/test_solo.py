@@ -13,10 +13,9 @@ from __future__ import annotations
 
 import trio
 import trio.testing
-from trio.abc import Instrument
 
+from conftest import BATCHES, SpawnCounter, cancels_its_batch, stubborn
 from toolexec import (
-    Batch,
     Batched,
     BatchPlan,
     ConcurrencyConfig,
@@ -44,38 +43,10 @@ async def wait(seconds: float) -> str:
     return f"waited {seconds}"
 
 
-@function_tool(side_effects=SideEffects.READ, timeout=5.0)
-async def stubborn(seconds: float) -> str:
-    """Wait, and keep going when cancelled (a tool that shields its cleanup)."""
-    with trio.CancelScope(shield=True):
-        await trio.sleep(seconds)
-    return "finished anyway"
-
-
-BATCHES: list[Batch] = []
-
-
-@function_tool(side_effects=SideEffects.READ, timeout=5.0)
-async def cancels_its_batch() -> str:
-    """Wait; when the deadline cancels it, cancel its own batch (the host, in that instant)."""
-    try:
-        await trio.sleep_forever()
-    finally:
-        BATCHES[0].cancel()
-
-
 @function_tool(side_effects=SideEffects.READ)
 async def instant() -> str:
     """Return at once."""
     return "done"
-
-
-class SpawnCounter(Instrument):
-    def __init__(self) -> None:
-        self.spawned = 0
-
-    def task_spawned(self, task: trio.lowlevel.Task) -> None:
-        self.spawned += 1
 
 
 def _executor(width: int = 4, **kwargs: object) -> ToolExecutor:
