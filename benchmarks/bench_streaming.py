@@ -14,7 +14,13 @@ the load average. The gap before an event is slept *before* the event is
 timed, so it never counts. Alongside, the same stream is replayed through a
 naive floor: at each call's last event, parse its JSON and start a task for
 the tool (``nursery.start_soon``), which is one scheduling round, the least
-any design that runs a tool in its own task can take.
+any design that runs a tool in its own task can take, plus the parse. A
+third replay shows what this machine charges for the least work at all: a
+task per call started ahead of time waits on an event, set at the call's
+last event, and records when it wakes (no parsing, no planning, no task
+start: one wake-up and one scheduling pass). It is the bound below which
+no design that runs the tool in a task of its own can go on this machine,
+whatever it does in the feed.
 
 The same streams are then replayed with no gaps (``trio.sleep(0)`` between
 events), for reference and without a target: then the process never goes
@@ -138,8 +144,32 @@ async def replay_floor(
     return [STARTED[key] - at for key, at in fed.items()]
 
 
-def report(delays: list[float], floor: list[float], *, target: bool) -> None:
-    for label, samples in (("toolexec", delays), ("floor", floor)):
+async def replay_wake(
+    stream: int, rng: random.Random, gaps: tuple[float, float] = GAPS
+) -> list[float]:
+    """The same stream, each call's task waiting ahead of time and woken at its last event."""
+    fed: dict[str, float] = {}
+    woken: dict[str, float] = {}
+    events = stream_events(stream, rng)
+    ready = {key: trio.Event() for _, key in events if key is not None}
+
+    async def waiter(key: str, event: trio.Event) -> None:
+        await event.wait()
+        woken[key] = time.perf_counter()
+
+    async with trio.open_nursery() as nursery:
+        for key, event in ready.items():
+            nursery.start_soon(waiter, key, event)
+        for _, completes in events:
+            await gap(rng, gaps)
+            if completes is not None:
+                fed[completes] = time.perf_counter()
+                ready[completes].set()
+    return [woken[key] - at for key, at in fed.items()]
+
+
+def report(delays: list[float], floor: list[float], wake: list[float], *, target: bool) -> None:
+    for label, samples in (("toolexec", delays), ("floor", floor), ("wake", wake)):
         us = sorted(d * 1e6 for d in samples)
         median = statistics.median(us)
         p90 = us[int(len(us) * 0.9)]
@@ -149,8 +179,9 @@ def report(delays: list[float], floor: list[float], *, target: bool) -> None:
             if label == "toolexec" and target
             else ""
         )
+        until = "task wakes" if label == "wake" else "tool start"
         print(
-            f"  {label:<8} last streamed byte -> tool start, {len(us)} calls: median"
+            f"  {label:<8} last streamed byte -> {until}, {len(us)} calls: median"
             f" {median:.0f} us, p90 {p90:.0f} us, max {us[-1]:.0f} us{shown}"
         )
     print(f"  ratio of medians: {statistics.median(delays) / statistics.median(floor):.2f}x")
@@ -173,11 +204,13 @@ async def main(streams: int) -> None:
     for label, gaps in (("gaps of 2-30 ms", GAPS), ("no gaps, for reference", (0.0, 0.0))):
         delays: list[float] = []
         floor: list[float] = []
-        for stream in range(streams):  # alternate, so that load drift hits both alike
+        wake: list[float] = []
+        for stream in range(streams):  # alternate, so that load drift hits all alike
             delays += await replay(executor, stream, rng, gaps)
             floor += await replay_floor(stream, rng, gaps)
+            wake += await replay_wake(stream, rng, gaps)
         print(f"{label}:")
-        report(delays, floor, target=gaps == GAPS)
+        report(delays, floor, wake, target=gaps == GAPS)
     print(f"load average after: {load()}")
 
 
