@@ -618,8 +618,20 @@ async def run_solo(
     cancel by the host (in the same instant as the deadline, too) or by an
     enclosing scope leaves the call to be answered ``cancelled``, as in a
     crew.
+
+    A tool that cannot block, with a permit free, runs outside the scope:
+    it reaches no checkpoint, so no cancel and no deadline can land while
+    it runs, and entering a cancel scope costs more than the call.
     """
     limiter = rt.pools.by_class[slot.routing]
+    if _never_suspends(slot) and not scope.cancel_called:
+        try:
+            limiter.acquire_on_behalf_of_nowait(slot)
+        except trio.WouldBlock:
+            pass
+        else:
+            await _run_unblocking(rt, slot, report, limiter)
+            return
     start: float | None = None
     with scope:
         try:
@@ -640,6 +652,20 @@ async def run_solo(
             limiter.release_on_behalf_of(slot)
     if start is not None and slot.result is None and not host():  # the deadline fired
         _settle(slot, report, None, _timeout_result(slot), start)
+
+
+async def _run_unblocking(
+    rt: Runtime, slot: CallSlot, report: Reporter, limiter: ClassPool
+) -> None:
+    """Run a call that cannot block, its permit held, to its result; give the permit back."""
+    try:
+        # An enclosing cancel may have landed before the call: never start a tool after it.
+        await trio.lowlevel.checkpoint_if_cancelled()
+        start = _begin(slot, report)
+        output, failure = await _solo_tool(rt, slot, report)
+        _settle(slot, report, output, failure, start)
+    finally:
+        limiter.release_on_behalf_of(slot)
 
 
 async def _solo_tool(
