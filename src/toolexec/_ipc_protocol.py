@@ -202,7 +202,12 @@ _ASCII_ENCODER = json.JSONEncoder(allow_nan=False, separators=(",", ":"), defaul
 
 def _decode_json(line: bytes) -> Any:
     try:
-        return _DECODER.decode(line.decode("utf-8"))
+        text = line.decode("utf-8")
+        if text[:1] == "{":  # no whitespace before: the scanner alone, if none after
+            value, end = _DECODER.raw_decode(text)
+            if end == len(text):
+                return value
+        return _DECODER.decode(text)  # whitespace around, or the error for what is after
     except UnicodeDecodeError as exc:
         raise ProtocolError(
             "invalid_json", f"the line is not UTF-8 (byte {exc.start}); send UTF-8 JSON"
