@@ -31,9 +31,9 @@ from toolexec import (
     function_tool,
     register_builtin_tools,
 )
-from toolexec._ipc_protocol import encode, response_message
+from toolexec._ipc_protocol import decode_call, encode, response_message
 from toolexec.events import JsonlAuditSink
-from toolexec.ipc import LineSplitter, ProtocolError, RunnerConfig, Supervisor
+from toolexec.ipc import LineSplitter, ProtocolError, RunnerConfig, Supervisor, decode_message
 from toolexec.policy import Allow, Capabilities, Decision, Deny, PathGrant
 
 if TYPE_CHECKING:
@@ -272,3 +272,26 @@ def test_lines_are_cut_alike_however_the_stream_is_chunked(
     assert all(type(item) is bytes for item in got if not isinstance(item, ProtocolError))
     assert _seen(got) == _expected(lines, limit)
     assert splitter.close() is None
+
+
+# -- decoding ---------------------------------------------------------------------------------
+
+CALL = b'{"op":"tool_call","tool_call_id":"x","tool":"say","args":{"text":"t"}}'
+
+
+@pytest.mark.parametrize(
+    "line", [CALL, b" " + CALL, CALL + b" \t", CALL + b"\r", b"\t" + CALL + b"\r"], ids=repr
+)
+def test_a_call_decodes_alike_with_or_without_whitespace_around(line: bytes) -> None:
+    call = decode_call(line)
+    assert (call.id, call.name, call.arguments) == ("x", "say", {"text": "t"})
+    message = decode_message(line)
+    assert (message.tool_call_id, message.tool, message.args) == ("x", "say", {"text": "t"})
+
+
+@pytest.mark.parametrize("line", [CALL + b"x", CALL + b" {}", CALL[:-1], b"{" + CALL], ids=repr)
+def test_data_around_a_call_is_invalid_json(line: bytes) -> None:
+    with pytest.raises(ProtocolError) as info:
+        decode_call(line)
+    assert info.value.slug == "invalid_json"
+    assert "send one JSON object per line" in info.value.message
