@@ -295,3 +295,23 @@ def test_data_around_a_call_is_invalid_json(line: bytes) -> None:
         decode_call(line)
     assert info.value.slug == "invalid_json"
     assert "send one JSON object per line" in info.value.message
+
+
+async def test_a_write_stuck_on_a_runner_that_does_not_read_is_counted() -> None:
+    registry = ToolRegistry()
+    registry.register(say)
+    supervisor = Supervisor(ToolExecutor(registry))
+    to_sup, from_runner = trio.testing.memory_stream_one_way_pair()
+    to_runner, from_sup = trio.testing.lockstep_stream_one_way_pair()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(supervisor.serve, RunnerConfig("r"), from_runner, to_runner)
+        await to_sup.send_all(_line("c1", "say", {"text": "x"}))
+        await trio.testing.wait_all_tasks_blocked()
+        (stats,) = supervisor.statistics()
+        assert (stats.writes_waiting, stats.calls_in_flight) == (1, 1)
+        answer = await from_sup.receive_some()  # the runner reads at last
+        await trio.testing.wait_all_tasks_blocked()
+        (stats,) = supervisor.statistics()
+        assert (stats.writes_waiting, stats.calls_in_flight, stats.calls_answered) == (0, 0, 1)
+        assert json.loads(answer)["result"]["text"] == "x"
+        await to_sup.aclose()
