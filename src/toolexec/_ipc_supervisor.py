@@ -402,7 +402,10 @@ class _Session:
         verdict = self.gate.check(call)
         if verdict is not None:
             return self._refusal(call, verdict)
-        (result,) = await self._execute([call])
+        if self.audit:
+            (result,) = await self._execute([call])
+        else:
+            (result,) = (await self.executor.prepare([call]).run()).results
         return response_message(call.id, result)
 
     async def _answer_all(self, calls: list[ToolCall]) -> list[bytes]:
