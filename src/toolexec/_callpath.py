@@ -42,6 +42,7 @@ from ._errors import ToolError
 from ._events import CallStarted
 from ._lifecycle import CallSlot, State, error_result
 from ._policy import HOST_GRANT
+from ._report import Reporter
 from ._tool import ToolContext, _drop
 from ._types import ErrorClass, JsonContent, RoutingClass, TextContent, ToolOutput, ToolResult
 
@@ -53,11 +54,10 @@ if TYPE_CHECKING:
     from ._events import EventSink
     from ._hooks import CallHook
     from ._limits import ClassPool, Pools
-    from ._report import Reporter
     from ._tool import Services
     from ._types import ContentBlock, PathResolver
 
-__all__ = ["Crew", "RunBinding", "Runtime", "run_call", "run_solo"]
+__all__ = ["Crew", "RunBinding", "Runtime", "run_alone", "run_call", "run_solo"]
 
 _log = logging.getLogger("toolexec")
 
@@ -652,6 +652,38 @@ async def run_solo(
             limiter.release_on_behalf_of(slot)
     if start is not None and slot.result is None and not host():  # the deadline fired
         _settle(slot, report, None, _timeout_result(slot), start)
+
+
+async def run_alone(rt: Runtime, slot: CallSlot, batch_id: str) -> bool:
+    """Answer a planned one-call batch in this task, with no batch, where nothing could tell.
+
+    For ``ToolExecutor.execute_call`` when nobody observes the executor (no
+    sinks, hooks or steering): a call answered at plan time is done, and a
+    queued call whose tool cannot block, that waits in its class pool alone
+    and finds a permit free, runs here as ``run_solo`` would run it. Returns
+    ``False``, the call untouched, for anything else: a batch runs it. The
+    run binding is checked as a batch's would be.
+    """
+    rt.bind_run()
+    try:
+        if slot.state is State.DONE:
+            return True
+        if (
+            slot.needs_approval is not None
+            or not _never_suspends(slot)
+            or slot.call.name in rt.pools.per_tool
+        ):
+            return False
+        limiter = rt.pools.by_class[slot.routing]
+        try:
+            limiter.acquire_on_behalf_of_nowait(slot)
+        except trio.WouldBlock:
+            return False
+        report = Reporter(rt.agent_path, batch_id, (), (), rt.parent_call)
+        await _run_unblocking(rt, slot, report, limiter)
+        return True
+    finally:
+        rt.release_run()
 
 
 async def _run_unblocking(

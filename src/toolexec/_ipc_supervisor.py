@@ -405,7 +405,7 @@ class _Session:
         if self.audit:
             (result,) = await self._execute([call])
         else:
-            (result,) = (await self.executor.prepare([call]).run()).results
+            result = await self.executor.execute_call(call)
         return response_message(call.id, result)
 
     async def _answer_all(self, calls: list[ToolCall]) -> list[bytes]:
