@@ -239,3 +239,101 @@ def test_the_plan_of_one_call_is_the_same_under_every_strategy() -> None:
         plan = executor.prepare([ToolCall("c9", "no_such_tool", {})]).plan
         assert plan == BatchPlan((), (0,), ("c9",))
         assert "answered without running: c9" in plan.describe()
+
+
+# -- a tool that cannot block: run outside the batch's scope -------------------------
+
+INSTANT_RUNS: list[str] = []
+
+
+@function_tool(side_effects=SideEffects.READ)
+async def counted(tag: str) -> str:
+    """Note the call, then answer (no ``await``: it cannot block)."""
+    INSTANT_RUNS.append(tag)
+    return tag
+
+
+@function_tool(side_effects=SideEffects.READ)
+async def breaks(tag: str) -> str:
+    """Fail at once (no ``await``)."""
+    raise RuntimeError(f"broken {tag}")
+
+
+def _unblocking_executor(width: int = 4, **kwargs: object) -> ToolExecutor:
+    registry = ToolRegistry()
+    for tool in (wait, counted, breaks):
+        registry.register(tool)
+    assert registry.lookup("counted").never_suspends  # type: ignore[union-attr]
+    return ToolExecutor(registry, ConcurrencyConfig(read_width=width), **kwargs)  # type: ignore[arg-type]
+
+
+async def test_an_unblocking_call_answers_and_gives_its_permit_back() -> None:
+    INSTANT_RUNS.clear()
+    seen: list[object] = []
+    executor = _unblocking_executor(sinks=[CallbackSink(seen.append)])
+    outcome = await executor.execute_batch([ToolCall("c1", "counted", {"tag": "a"})])
+    assert outcome.results[0].text == "a"
+    assert INSTANT_RUNS == ["a"]
+    assert _borrowed(executor) == 0
+    names = [type(e).__name__ for e in seen]
+    assert names.index("RunStarted") < names.index("CallStarted") < names.index("CallCompleted")
+    assert names.index("CallCompleted") < names.index("RunFinished")
+
+
+async def test_an_unblocking_call_that_raises_is_a_failed_result() -> None:
+    executor = _unblocking_executor()
+    outcome = await executor.execute_batch([ToolCall("c1", "breaks", {"tag": "x"})])
+    (result,) = outcome.results
+    assert result.error_class is ErrorClass.EXECUTION_ERROR
+    assert "broken x" in result.text
+    assert _borrowed(executor) == 0
+
+
+async def test_an_unblocking_call_cancelled_before_the_run_never_starts() -> None:
+    INSTANT_RUNS.clear()
+    executor = _unblocking_executor()
+    batch = executor.prepare([ToolCall("c1", "counted", {"tag": "a"})])
+    batch.cancel()
+    outcome = await batch.run()
+    assert outcome.cancelled
+    assert outcome.results[0].error_class is ErrorClass.CANCELLED
+    assert INSTANT_RUNS == []
+    assert _borrowed(executor) == 0
+
+
+async def test_an_enclosing_cancel_stops_an_unblocking_call_before_it_starts() -> None:
+    INSTANT_RUNS.clear()
+    seen: list[object] = []
+    executor = _unblocking_executor(sinks=[CallbackSink(seen.append)])
+    with trio.CancelScope() as outer:
+        outer.cancel()
+        await executor.execute_batch([ToolCall("c1", "counted", {"tag": "a"})])
+    assert outer.cancelled_caught
+    assert INSTANT_RUNS == []
+    failed = [e for e in seen if isinstance(e, CallFailed)]
+    assert [e.error_class for e in failed] == [ErrorClass.CANCELLED]
+    assert _borrowed(executor) == 0
+
+
+async def test_an_unblocking_call_waits_for_a_taken_permit(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """The read pool is full: the call that cannot block still queues, then runs."""
+    INSTANT_RUNS.clear()
+    executor = _unblocking_executor(width=1)
+    results = []
+
+    async def one(call: ToolCall) -> None:
+        results.append((await executor.execute_batch([call])).results[0])
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(one, _wait(3, "holder"))
+        await trio.testing.wait_all_tasks_blocked()
+        nursery.start_soon(one, ToolCall("c2", "counted", {"tag": "late"}))
+        await trio.testing.wait_all_tasks_blocked()
+        assert INSTANT_RUNS == []  # queued behind the holder
+    holder, late = results
+    assert holder.text == "waited 3"
+    assert late.text == "late"
+    assert trio.current_time() == 3.0
+    assert _borrowed(executor) == 0

@@ -42,6 +42,7 @@ from ._errors import ToolError
 from ._events import CallStarted
 from ._lifecycle import CallSlot, State, error_result
 from ._policy import HOST_GRANT
+from ._report import Reporter
 from ._tool import ToolContext, _drop
 from ._types import ErrorClass, JsonContent, RoutingClass, TextContent, ToolOutput, ToolResult
 
@@ -53,11 +54,10 @@ if TYPE_CHECKING:
     from ._events import EventSink
     from ._hooks import CallHook
     from ._limits import ClassPool, Pools
-    from ._report import Reporter
     from ._tool import Services
     from ._types import ContentBlock, PathResolver
 
-__all__ = ["Crew", "RunBinding", "Runtime", "run_call", "run_solo"]
+__all__ = ["Crew", "RunBinding", "Runtime", "run_alone", "run_call", "run_solo"]
 
 _log = logging.getLogger("toolexec")
 
@@ -618,8 +618,20 @@ async def run_solo(
     cancel by the host (in the same instant as the deadline, too) or by an
     enclosing scope leaves the call to be answered ``cancelled``, as in a
     crew.
+
+    A tool that cannot block, with a permit free, runs outside the scope:
+    it reaches no checkpoint, so no cancel and no deadline can land while
+    it runs, and entering a cancel scope costs more than the call.
     """
     limiter = rt.pools.by_class[slot.routing]
+    if _never_suspends(slot) and not scope.cancel_called:
+        try:
+            limiter.acquire_on_behalf_of_nowait(slot)
+        except trio.WouldBlock:
+            pass
+        else:
+            await _run_unblocking(rt, slot, report, limiter)
+            return
     start: float | None = None
     with scope:
         try:
@@ -640,6 +652,52 @@ async def run_solo(
             limiter.release_on_behalf_of(slot)
     if start is not None and slot.result is None and not host():  # the deadline fired
         _settle(slot, report, None, _timeout_result(slot), start)
+
+
+async def run_alone(rt: Runtime, slot: CallSlot, batch_id: str) -> bool:
+    """Answer a planned one-call batch in this task, with no batch, where nothing could tell.
+
+    For ``ToolExecutor.execute_call`` when nobody observes the executor (no
+    sinks, hooks or steering): a call answered at plan time is done, and a
+    queued call whose tool cannot block, that waits in its class pool alone
+    and finds a permit free, runs here as ``run_solo`` would run it. Returns
+    ``False``, the call untouched, for anything else: a batch runs it. The
+    run binding is checked as a batch's would be.
+    """
+    rt.bind_run()
+    try:
+        if slot.state is State.DONE:
+            return True
+        if (
+            slot.needs_approval is not None
+            or not _never_suspends(slot)
+            or slot.call.name in rt.pools.per_tool
+        ):
+            return False
+        limiter = rt.pools.by_class[slot.routing]
+        try:
+            limiter.acquire_on_behalf_of_nowait(slot)
+        except trio.WouldBlock:
+            return False
+        report = Reporter(rt.agent_path, batch_id, (), (), rt.parent_call)
+        await _run_unblocking(rt, slot, report, limiter)
+        return True
+    finally:
+        rt.release_run()
+
+
+async def _run_unblocking(
+    rt: Runtime, slot: CallSlot, report: Reporter, limiter: ClassPool
+) -> None:
+    """Run a call that cannot block, its permit held, to its result; give the permit back."""
+    try:
+        # An enclosing cancel may have landed before the call: never start a tool after it.
+        await trio.lowlevel.checkpoint_if_cancelled()
+        start = _begin(slot, report)
+        output, failure = await _solo_tool(rt, slot, report)
+        _settle(slot, report, output, failure, start)
+    finally:
+        limiter.release_on_behalf_of(slot)
 
 
 async def _solo_tool(

@@ -31,7 +31,7 @@ from ._approval import ApprovalConfig
 from ._asking import ApprovalMemory, Asker
 from ._backend import Backend
 from ._batch import Batch, BatchOutcome, Steering, Stream
-from ._callpath import RunBinding, Runtime
+from ._callpath import RunBinding, Runtime, run_alone
 from ._lifecycle import CallSlot
 from ._limits import ConcurrencyConfig, ExecutorStatistics, Pools
 from ._plan import BatchPlan, ExecutionStrategy, Parallel, RunPlan
@@ -48,7 +48,7 @@ if TYPE_CHECKING:
     from ._approval import Approver
     from ._events import EventSink
     from ._hooks import CallHook
-    from ._types import PathResolver, ToolCall
+    from ._types import PathResolver, ToolCall, ToolResult
 
 __all__ = ["ToolExecutor"]
 
@@ -331,6 +331,26 @@ class ToolExecutor:
     ) -> BatchOutcome:
         """Run a batch to completion; return one result per call, in call order."""
         return await self.prepare(calls).run(steering=steering)
+
+    async def execute_call(self, call: ToolCall) -> ToolResult:
+        """Run one call as a batch of its own; return its result.
+
+        The result, and everything sinks and hooks see, are those of
+        ``(await execute_batch([call])).results[0]``. When nobody observes
+        the executor (no sinks, hooks or steering), a call answered at plan
+        time, or one whose tool cannot block (no ``await``) with a permit
+        free, is answered without building a batch, its plan or its outcome.
+        """
+        slot = CallSlot(0, call)
+        self._planner.plan_call(slot)
+        rt = self._runtime
+        batch_id = f"{self.agent_path}:b{next(self._ids)}"
+        unobserved = self.steering is None and not (rt.sinks or rt.hooks or self.resource_conflicts)
+        if unobserved and await run_alone(rt, slot, batch_id):
+            assert slot.result is not None
+            return slot.result
+        batch = Batch(batch_id, [slot], self._plan([slot]), rt, self.steering)
+        return (await batch.run()).results[0]
 
     def cancel_all(self) -> None:
         """Cancel every batch this executor is running (results: ``cancelled``)."""

@@ -24,10 +24,10 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from ._errors import ToolexecError
-from ._types import ErrorClass, TextContent
+from ._types import ErrorClass, TextContent, ToolCall
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Callable, Mapping
 
     from ._types import ToolResult
 
@@ -39,6 +39,7 @@ __all__ = [
     "LineSplitter",
     "ProtocolError",
     "ToolCallMessage",
+    "decode_call",
     "decode_message",
     "encode",
     "protocol_error_message",
@@ -138,11 +139,14 @@ class LineSplitter:
         start, size = 0, len(chunk)
         while start < size:
             end = chunk.find(b"\n", start)
-            piece_end = size if end < 0 else end
-            self._take(chunk, start, piece_end)
             if end < 0:
+                self._take(chunk, start, size)
                 break
-            out.append(self._end_line())
+            if self._partial or self._skipping or end - start > self.max_line_bytes:
+                self._take(chunk, start, end)
+                out.append(self._end_line())
+            else:  # a whole line in this chunk: cut it out, with no copy through the buffer
+                out.append(bytes(chunk[start:end]))
             start = end + 1
         return out
 
@@ -191,11 +195,19 @@ def _no_constant(name: str) -> Any:
 # Built once: ``json.loads`` with any option builds a new decoder per call.
 _DECODER = json.JSONDecoder(parse_constant=_no_constant)
 _ENCODER = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"), default=str)
+# What ``_ENCODER`` writes for a ``str``: the quoted, escaped string.
+_string: Callable[[str], str] = json.encoder.encode_basestring
+_ASCII_ENCODER = json.JSONEncoder(allow_nan=False, separators=(",", ":"), default=str)
 
 
 def _decode_json(line: bytes) -> Any:
     try:
-        return _DECODER.decode(line.decode("utf-8"))
+        text = line.decode("utf-8")
+        if text[:1] == "{":  # no whitespace before: the scanner alone, if none after
+            value, end = _DECODER.raw_decode(text)
+            if end == len(text):
+                return value
+        return _DECODER.decode(text)  # whitespace around, or the error for what is after
     except UnicodeDecodeError as exc:
         raise ProtocolError(
             "invalid_json", f"the line is not UTF-8 (byte {exc.start}); send UTF-8 JSON"
@@ -215,6 +227,16 @@ def decode_message(line: bytes) -> ToolCallMessage:
         ProtocolError: the line is not JSON (``invalid_json``), not a
             ``tool_call`` object (``unknown_op``, ``invalid_message``); the
             error carries the ``tool_call_id`` when one could be read.
+    """
+    call = decode_call(line)
+    return ToolCallMessage(call.id, call.name, call.arguments)  # type: ignore[arg-type]
+
+
+def decode_call(line: bytes) -> ToolCall:
+    """Decode one line from a runner into the ``ToolCall`` the executor takes.
+
+    The same checks and errors as ``decode_message``; ``arguments`` is the
+    decoded ``dict`` itself, so nothing is parsed twice.
     """
     value = _decode_json(line)
     if not isinstance(value, dict):
@@ -241,7 +263,7 @@ def decode_message(line: bytes) -> ToolCallMessage:
         raise ProtocolError(
             "invalid_message", f"args must be a JSON object, got {type(args).__name__}", call_id
         )
-    return ToolCallMessage(call_id, tool, args)
+    return ToolCall(call_id, tool, args)
 
 
 def encode(message: Mapping[str, Any]) -> bytes:
@@ -249,9 +271,15 @@ def encode(message: Mapping[str, Any]) -> bytes:
 
     Raw U+2028/U+2029 are kept (JSON allows them); values JSON cannot hold
     are written as text, and NaN or infinities (which JSON has no words
-    for) make the message a ``ValueError``.
+    for) make the message a ``ValueError``. A message with a lone surrogate
+    (which UTF-8 cannot hold: a file name that is not UTF-8, say) is
+    written with every character past ASCII as a ``\\u`` escape.
     """
-    return _ENCODER.encode(message).encode("utf-8") + b"\n"
+    text = _ENCODER.encode(message)
+    try:
+        return text.encode("utf-8") + b"\n"
+    except UnicodeEncodeError:
+        return _ASCII_ENCODER.encode(message).encode("ascii") + b"\n"
 
 
 def _block(block: Any) -> dict[str, Any]:
@@ -262,6 +290,23 @@ def _block(block: Any) -> dict[str, Any]:
 
 def response_message(call_id: str, result: ToolResult, *, slug: str | None = None) -> bytes:
     """The ``tool_response`` line for one result (``slug`` overrides the table)."""
+    content = result.content
+    if (
+        not result.is_error
+        and not result.details
+        and len(content) == 1
+        and type(content[0]) is TextContent
+    ):
+        # The common answer, one text and nothing else: the same bytes as the
+        # general path below, built around the JSON of the id and the text.
+        try:
+            text = _string(content[0].text)
+            return (
+                f'{{"op":"tool_response","tool_call_id":{_string(call_id)},"ok":true,'
+                f'"result":{{"text":{text},"content":[{{"text":{text},"type":"text"}}]}}}}\n'
+            ).encode()
+        except UnicodeEncodeError:  # a lone surrogate: the general path escapes it
+            pass
     message: dict[str, Any] = {"op": "tool_response", "tool_call_id": call_id}
     if result.is_error:
         assert result.error_class is not None
@@ -274,8 +319,8 @@ def response_message(call_id: str, result: ToolResult, *, slug: str | None = Non
         text = result.content[0].text  # the common case: one text block
         message |= {"ok": True, "result": {"text": text, "content": [_block(result.content[0])]}}
     else:
-        content = [_block(b) for b in result.content]
-        message |= {"ok": True, "result": {"text": result.text, "content": content}}
+        blocks = [_block(b) for b in result.content]
+        message |= {"ok": True, "result": {"text": result.text, "content": blocks}}
     if result.details:
         message["details"] = dict(result.details)
     try:

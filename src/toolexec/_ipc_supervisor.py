@@ -32,7 +32,7 @@ from __future__ import annotations
 import json
 import logging
 import subprocess
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, cast, runtime_checkable
 
 import attrs
 import trio
@@ -45,8 +45,7 @@ from ._ipc_protocol import (
     SLUG_OF,
     LineSplitter,
     ProtocolError,
-    ToolCallMessage,
-    decode_message,
+    decode_call,
     encode,
     protocol_error_message,
     response_message,
@@ -55,13 +54,13 @@ from ._policy import Deny
 from ._process import open_group_process, reap
 from ._registry import ToolRegistry
 from ._rules import Capabilities, CapabilityPolicy, ComposedPolicy, _glob_regex
-from ._types import ErrorClass, ToolCall
+from ._types import ErrorClass
 
 if TYPE_CHECKING:
     import re
     from collections.abc import Mapping, Sequence
 
-    from ._types import ToolResult
+    from ._types import ToolCall, ToolResult
     from ._workspace import Workspace
 
 __all__ = ["AuditLog", "RunnerConfig", "RunnerStatistics", "Supervisor"]
@@ -256,22 +255,30 @@ class _Gate:
             known = self._granted[name] = any(p.fullmatch(name) for p in self.tools)
         return known
 
-    def check(self, call: ToolCallMessage) -> tuple[str, str] | None:
+    def check(self, call: ToolCall) -> tuple[str, str] | None:
         """``(slug, message)`` refusing the call, or ``None`` to pass it on."""
-        entry = self.registry.lookup(call.tool)
+        name = call.name
+        entry = self.registry.lookup(name)
         if entry is None:
             names = ", ".join(n for n in self.registry.names() if self.granted(n)) or "(none)"
-            return "tool_not_found", f"Tool '{call.tool}' not found. Available: {names}"
-        if not self.granted(call.tool):
+            return "tool_not_found", f"Tool '{name}' not found. Available: {names}"
+        if not self.granted(name):
             return "permission_denied", (
-                f"Tool '{call.tool}' was denied: runner '{self.agent_path}' is not granted it"
+                f"Tool '{name}' was denied: runner '{self.agent_path}' is not granted it"
             )
         definition = entry.definition
-        if definition.path_arguments and _valid(entry.schema, call.args):
-            decision = self.paths.decide(definition, call.args, self.agent_path)
-            if isinstance(decision, Deny):
-                return FS_DENIED, f"Tool '{call.tool}' was denied: {decision.reason}"
+        if definition.path_arguments:
+            args = _args(call)
+            if _valid(entry.schema, args):
+                decision = self.paths.decide(definition, args, self.agent_path)
+                if isinstance(decision, Deny):
+                    return FS_DENIED, f"Tool '{name}' was denied: {decision.reason}"
         return None
+
+
+def _args(call: ToolCall) -> dict[str, Any]:
+    # A decoded call's arguments are the line's JSON object (``decode_call``).
+    return cast("dict[str, Any]", call.arguments)
 
 
 def _valid(schema: Any, args: Mapping[str, Any]) -> bool:
@@ -337,30 +344,35 @@ class _Session:
         with self.scope:
             while chunk := await _receive(receive):
                 calls = await self._take_lines(chunk, out)
+                if len(calls) <= limit:
+                    if calls:
+                        await self._run_batch(calls, out)
+                    continue
                 for start in range(0, len(calls), limit):
                     await self._run_batch(calls[start : start + limit], out)
             truncated = self.splitter.close()
             if truncated is not None:
                 await self._refuse(truncated, self.lines + 1, out)
 
-    async def _take_lines(self, chunk: bytes | bytearray, out: _Writer) -> list[ToolCallMessage]:
-        group: list[ToolCallMessage] = []
+    async def _take_lines(self, chunk: bytes | bytearray, out: _Writer) -> list[ToolCall]:
+        group: list[ToolCall] = []
+        in_flight = self.in_flight
         for item in self.splitter.feed(chunk):
             self.lines += 1
             try:
                 if isinstance(item, ProtocolError):
                     raise item
-                call = decode_message(item)
-                if call.tool_call_id in self.in_flight:
+                call = decode_call(item)
+                if call.id in in_flight:
                     raise ProtocolError(
                         "duplicate_tool_call_id",
-                        f"tool_call_id {json.dumps(call.tool_call_id)} is already in flight "
+                        f"tool_call_id {json.dumps(call.id)} is already in flight "
                         "(sent before and not answered yet); give every call a fresh id",
                     )
             except ProtocolError as exc:
                 await self._refuse(exc, self.lines, out)
                 continue
-            self.in_flight.add(call.tool_call_id)
+            in_flight.add(call.id)
             self.received += 1
             group.append(call)
         return group
@@ -373,57 +385,86 @@ class _Session:
         if delivered and named is not None and named not in self.in_flight:
             self.answered += 1
 
-    async def _run_batch(self, calls: list[ToolCallMessage], out: _Writer) -> None:
-        refused: dict[str, bytes] = {}
+    async def _run_batch(self, calls: list[ToolCall], out: _Writer) -> None:
+        if len(calls) == 1:  # the commonest batch: a runner waiting on one call
+            answer = await self._answer_one(calls[0])
+        else:
+            answer = b"".join(await self._answer_all(calls))
+        if not await out.send(answer):
+            return
+        in_flight = self.in_flight
+        for call in calls:
+            in_flight.discard(call.id)
+        self.answered += len(calls)
+
+    async def _answer_one(self, call: ToolCall) -> bytes:
+        """The answer line to a batch of one call (``_answer_all`` for one, with less work)."""
+        verdict = self.gate.check(call)
+        if verdict is not None:
+            return self._refusal(call, verdict)
+        if self.audit:
+            (result,) = await self._execute([call])
+        else:
+            result = await self.executor.execute_call(call)
+        return response_message(call.id, result)
+
+    async def _answer_all(self, calls: list[ToolCall]) -> list[bytes]:
+        """The answer lines to a batch, in call order: the gate's refusals and the results."""
+        refused: list[bytes | None] = []
         forward: list[ToolCall] = []
         for call in calls:
             verdict = self.gate.check(call)
             if verdict is None:
-                forward.append(ToolCall(call.tool_call_id, call.tool, call.args))
+                forward.append(call)
+                refused.append(None)
             else:
-                refused[call.tool_call_id] = _refusal(call.tool_call_id, *verdict)
-                self._record("tool.call.denied", call, error=verdict[0], message=verdict[1])
-        results = await self._execute(forward, calls) if forward else {}
-        answers = (
-            refused.get(c.tool_call_id) or response_message(c.tool_call_id, results[c.tool_call_id])
-            for c in calls
-        )
-        if not await out.send(b"".join(answers)):
-            return
-        for call in calls:
-            self.in_flight.discard(call.tool_call_id)
-        self.answered += len(calls)
+                refused.append(self._refusal(call, verdict))
+        results = iter(await self._execute(forward) if forward else ())
+        return [
+            answer if answer is not None else response_message(call.id, next(results))
+            for call, answer in zip(calls, refused, strict=True)
+        ]
 
-    async def _execute(
-        self, forward: list[ToolCall], calls: list[ToolCallMessage]
-    ) -> dict[str, ToolResult]:
-        """Run the calls the gate passed as one batch; record the executor's decisions."""
+    def _refusal(self, call: ToolCall, verdict: tuple[str, str]) -> bytes:
+        """The gate refused ``call``: record it; the answer line saying why."""
+        slug, message = verdict
+        self._record("tool.call.denied", call, error=slug, message=message)
+        return encode(
+            {
+                "op": "tool_response",
+                "tool_call_id": call.id,
+                "ok": False,
+                "error": slug,
+                "message": message,
+            }
+        )
+
+    async def _execute(self, forward: list[ToolCall]) -> Sequence[ToolResult]:
+        """Run the calls the gate passed as one batch (results in their order);
+        record the executor's decisions."""
         batch = self.executor.prepare(forward)
         if not self.audit:
-            return {r.call_id: r for r in (await batch.run()).results}
+            return (await batch.run()).results
         answered_at_once = set(batch.plan.short_circuited_ids)
-        by_id = {c.tool_call_id: c for c in calls}
-        for tc in forward:
-            if tc.id not in answered_at_once:
-                self._record("tool.call.dispatched", by_id[tc.id])
+        for call in forward:
+            if call.id not in answered_at_once:
+                self._record("tool.call.dispatched", call)
         outcome = await batch.run()
-        results = {r.call_id: r for r in outcome.results}
-        for cid in answered_at_once:
-            r = results[cid]
-            if r.error_class is not ErrorClass.SKIPPED:
-                self._record("tool.call.denied", by_id[cid], error=_slug(r), message=r.text)
-        return results
+        for call, r in zip(forward, outcome.results, strict=True):
+            if call.id in answered_at_once and r.error_class is not ErrorClass.SKIPPED:
+                self._record("tool.call.denied", call, error=_slug(r), message=r.text)
+        return outcome.results
 
-    def _record(self, kind: str, call: ToolCallMessage, **extra: str) -> None:
+    def _record(self, kind: str, call: ToolCall, **extra: str) -> None:
         if not self.audit:
             return
         fields = {
             "time": trio.current_time(),
             "agent_path": self.executor.agent_path,
             "runner": self.runner.name,
-            "tool_call_id": call.tool_call_id,
-            "tool": call.tool,
-            "args": call.args,
+            "tool_call_id": call.id,
+            "tool": call.name,
+            "args": call.arguments,
             **extra,
         }
         for log in self.audit:
@@ -435,21 +476,21 @@ class _Session:
 
 @attrs.define(eq=False)
 class _Writer:
-    """The one way into a runner's input: one write at a time, a broken one ends the session."""
+    """The one way into a runner's input: a broken write ends the session.
+
+    Only the session's task writes, one write after another (trio's own
+    conflict detector would refuse a second writer), so no lock is needed:
+    ``writing`` counts the write under way, for the statistics.
+    """
 
     stream: trio.abc.SendStream
     scope: trio.CancelScope
     name: str
-    lock: trio.StrictFIFOLock = attrs.field(factory=trio.StrictFIFOLock)
+    writing: int = 0
 
     async def send(self, data: bytes) -> bool:
         """Write ``data``; ``False`` (and the session cancelled) if the runner is gone."""
-        # A free lock is taken without a checkpoint of its own (``send_all`` has
-        # one): a scheduling pass less per answer.
-        try:
-            self.lock.acquire_nowait()
-        except trio.WouldBlock:
-            await self.lock.acquire()
+        self.writing += 1
         try:
             await self.stream.send_all(data)
         except (trio.BrokenResourceError, trio.ClosedResourceError):
@@ -457,13 +498,12 @@ class _Writer:
             self.scope.cancel()
             return False
         finally:
-            self.lock.release()
+            self.writing -= 1
         return True
 
     def waiting(self) -> int:
-        """Writes under way or waiting (at most one: the session's)."""
-        stats = self.lock.statistics()
-        return stats.tasks_waiting + stats.locked
+        """Writes under way (at most one: the session's)."""
+        return self.writing
 
 
 async def _receive(stream: trio.abc.ReceiveStream) -> bytes | bytearray:
@@ -471,18 +511,6 @@ async def _receive(stream: trio.abc.ReceiveStream) -> bytes | bytearray:
         return await stream.receive_some(_READ_CHUNK)
     except (trio.BrokenResourceError, trio.ClosedResourceError):
         return b""
-
-
-def _refusal(call_id: str, slug: str, message: str) -> bytes:
-    return encode(
-        {
-            "op": "tool_response",
-            "tool_call_id": call_id,
-            "ok": False,
-            "error": slug,
-            "message": message,
-        }
-    )
 
 
 def _slug(result: ToolResult) -> str:
