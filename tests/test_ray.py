@@ -10,8 +10,10 @@ so overlaps are recorded, not timed.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -145,18 +147,54 @@ def cpus() -> float:
     return float(ray.get_runtime_context().get_assigned_resources().get("CPU", 0))
 
 
-@function_tool
-def spin(fifo: str, stubborn: bool) -> str:
-    """Tell the test our pid through a FIFO, then compute forever."""
+def _tell_pid(fifo: str) -> None:
+    """Tell the test this worker's pid through a FIFO (the test blocks until then)."""
     with open(fifo, "w") as f:
         f.write(str(os.getpid()))
+
+
+@function_tool
+def spin(fifo: str) -> str:
+    """Start a child process, then compute forever, ignoring every interrupt.
+
+    The worker's and the child's pids are told from inside the region that
+    ignores interrupts, so an interrupt sent once the test has them is
+    always ignored.
+    """
+    told = False
+    while True:
+        try:
+            if not told:
+                told = True
+                child = subprocess.Popen(["sleep", "1000"])
+                with open(fifo, "w") as f:
+                    f.write(f"{os.getpid()} {child.pid}")
+            while True:
+                pass
+        except KeyboardInterrupt:
+            pass
+
+
+@function_tool
+def spin_before_ignoring(fifo: str, log: str, gate: str) -> str:
+    """Tell the test our pid, compute until ``gate`` exists, then ignore interrupts.
+
+    An interrupt that lands before the gate opens ends the call: the tool
+    was not yet ignoring it.
+    """
+    try:
+        _tell_pid(fifo)
+        while not os.path.exists(gate):
+            pass
+    except KeyboardInterrupt:
+        _mark(log, "interrupted")
+        raise
     while True:
         try:
             while True:
                 pass
         except KeyboardInterrupt:
-            if not stubborn:
-                raise
+            pass
 
 
 # -- helpers ----------------------------------------------------------------------
@@ -207,12 +245,14 @@ def texts(results: Sequence[ToolResult]) -> list[str]:
     return [r.text for r in results]
 
 
-async def wait_for_pid(fifo: Path) -> int:
+async def read_fifo(fifo: Path) -> str:
+    """What a tool writes to ``fifo`` (blocks until the tool has written and closed it)."""
+
     def read() -> str:
         with open(fifo) as f:
             return f.read()
 
-    return int(await trio.to_thread.run_sync(read, abandon_on_cancel=True))
+    return await trio.to_thread.run_sync(read, abandon_on_cancel=True)
 
 
 def state_of(pid: int) -> str:
@@ -357,35 +397,39 @@ async def test_a_bad_hint_in_the_grant_is_an_error_result(cluster: str) -> None:
     assert "cannot run on Ray: the grant's limits: num_gpus must be a number >= 0" in result.text
 
 
-async def test_a_cancel_interrupts_the_running_task(cluster: str, tmp_path: Path) -> None:
-    fifo = tmp_path / "fifo"
+async def test_a_cancel_that_lands_before_the_tool_ignores_it_ends_the_call_and_keeps_the_worker(
+    cluster: str, tmp_path: Path
+) -> None:
+    # The interrupt lands where the tool does not catch it, so the task ends
+    # there and Ray reports it over at once. Its worker survives (Ray keeps it
+    # for the next task) and is not killed, though the grace period is long.
+    fifo, log, gate = tmp_path / "fifo", tmp_path / "log", tmp_path / "gate"
     os.mkfifo(fifo)
-    executor = make_executor(spin, grace_period=10)
+    executor = make_executor(spin_before_ignoring, grace_period=HANG_GUARD)
     results: list[ToolResult] = []
     with trio.fail_after(HANG_GUARD):
         async with trio.open_nursery() as nursery:
 
             async def run() -> None:
-                outcome = await executor.execute_batch(
-                    [tool_call("spin", {"fifo": str(fifo), "stubborn": False})]
-                )
-                results.extend(outcome.results)
+                args = {"fifo": str(fifo), "log": str(log), "gate": str(gate)}
+                call = tool_call("spin_before_ignoring", args)
+                results.extend((await executor.execute_batch([call])).results)
 
             nursery.start_soon(run)
-            pid = await wait_for_pid(fifo)
+            pid = int(await read_fifo(fifo))
             assert state_of(pid) == "R"  # computing on the cluster
             executor.cancel_all()
     [result] = results
     assert result.error_class is ErrorClass.CANCELLED
-    # The interrupt ended the task without killing its worker: the worker,
-    # alive, is back to waiting for work instead of computing.
-    assert process_alive(pid)
+    assert log.read_text() == "interrupted\n"  # the interrupt ended the tool's code
+    assert process_alive(pid)  # and its worker was not killed
+    # Idle again: the worker is back to waiting for work instead of computing.
     with trio.fail_after(HANG_GUARD):
         while state_of(pid) == "R":
             await trio.sleep(0.01)
 
 
-async def test_a_task_that_ignores_the_interrupt_is_killed_after_the_grace_period(
+async def test_a_task_that_ignores_the_interrupt_is_killed_with_its_children_after_the_grace_period(
     cluster: str, tmp_path: Path
 ) -> None:
     fifo = tmp_path / "fifo"
@@ -396,21 +440,28 @@ async def test_a_task_that_ignores_the_interrupt_is_killed_after_the_grace_perio
         async with trio.open_nursery() as nursery:
 
             async def run() -> None:
-                outcome = await executor.execute_batch(
-                    [tool_call("spin", {"fifo": str(fifo), "stubborn": True})]
-                )
-                results.extend(outcome.results)
+                call = tool_call("spin", {"fifo": str(fifo)})
+                results.extend((await executor.execute_batch([call])).results)
 
             nursery.start_soon(run)
-            pid = await wait_for_pid(fifo)
-            cancelled = trio.current_time()
+            pids = [int(pid) for pid in (await read_fifo(fifo)).split()]
+            pidfds = [os.pidfd_open(pid) for pid in pids]  # while both surely live
             executor.cancel_all()
-    print(f"force-kill path took {trio.current_time() - cancelled:.2f}s")
-    assert results[0].error_class is ErrorClass.CANCELLED
-    # Ray reported the task ended when its worker was killed; the process goes with it.
-    with trio.fail_after(HANG_GUARD):
-        while process_alive(pid):
-            await trio.sleep(0.01)
+    try:
+        [result] = results
+        assert result.error_class is ErrorClass.CANCELLED
+        # Ray reported the task over only once its worker was killed; the
+        # worker and the tool's child end with it (a pidfd turns readable
+        # when its process exits).
+        with trio.fail_after(HANG_GUARD):
+            for pidfd in pidfds:
+                await trio.lowlevel.wait_readable(pidfd)
+        assert not any(process_alive(pid) for pid in pids)
+    finally:
+        for pidfd in pidfds:  # on failure, leave nothing behind
+            with contextlib.suppress(ProcessLookupError):
+                signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+            os.close(pidfd)
 
 
 async def test_a_tree_of_sub_agents_on_ray_keeps_serial_mutators_serial(

@@ -26,6 +26,15 @@ grace period for it to end, then kills the worker (``force=True``) and
 waits (up to ``KILL_PATIENCE``) for Ray to report the task ended; then the
 cancellation goes on. Ray itself is imported only in this module, and only when a
 backend is used.
+
+Why the ref's end is proof enough. Ray reports a started task over only
+when the worker's function has returned or raised, or when the worker is
+gone. So a task that ends soon after the interrupt has stopped running the
+tool: the interrupt landed where the tool does not catch it (a tool that
+ignores interrupts may not have reached the code that does), the task
+raised, and the worker went back to Ray's pool, alive and idle. There is
+nothing to kill then, and killing it would only cost a worker restart.
+When the kill is needed, Ray ends the worker's child processes with it.
 """
 
 from __future__ import annotations
@@ -288,6 +297,11 @@ async def _stop(ref: Any, done: trio.Event, grace: float, tool_name: str) -> Non
             return
         with trio.move_on_after(patience):
             await done.wait()
+            _log.debug(
+                "the Ray task of %r ended after %s",
+                tool_name,
+                "its worker was killed" if force else "the interrupt",
+            )
             return
     _log.warning(
         "the Ray task of %r did not end within %.0fs of its worker being killed",
