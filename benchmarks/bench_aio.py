@@ -1,26 +1,37 @@
 """What the asyncio bridge costs per batch over the same batch run directly in trio.
 
-Run: ``python benchmarks/bench_aio.py`` (``--quick`` for fewer repeats). In
-one process, interleaved, it runs batches of N = 0, 1, 10, 100 no-op
-read-only calls through ``ToolExecutor.execute_batch`` inside ``trio.run``
-(the baseline) and through ``toolexec.aio.open_executor(...).execute_batch``
-from an asyncio task (one trio run, many batches), and prints the time per
-batch of each, the difference (the bridge's per-batch overhead) and the
-ratio. Every batch is timed on its own, and a row's figure is the median
-batch over all repeats: on a shared machine a batch that the system
-preempts reads milliseconds long, and a median is not moved by a few of
-those where a mean is. The difference of the means is printed beside it
-(``mean delta``), so what the outliers add is in view too. Rows:
+Run: ``python benchmarks/bench_aio.py`` (``--quick`` for fewer runs). It
+runs batches of N = 0, 1, 10, 100 no-op read-only calls through
+``ToolExecutor.execute_batch`` inside ``trio.run`` (the baseline) and
+through ``toolexec.aio.open_executor(...).execute_batch`` from an asyncio
+task (one trio run, many batches), and prints the time per batch of each
+and the difference: the bridge's per-batch overhead.
 
-- back to back (the target): each batch starts as soon as the last ended;
+The target rows (batches back to back) pair the two ways block by block.
+In one process, the asyncio loop with the bridge runs on the main thread
+and ``trio.run`` in a second thread; they take turns through two
+semaphores, a block of batches back to back each (1000 calls, at least 10
+batches), and the process is pinned to one CPU so that each block runs
+where the other just ran, as in a one-thread program. A block's figure is
+its median batch; a pair's delta is the bridged block's minus the direct
+one's; a process's figure is the median of its pairs' deltas. That
+process is run several times, each a fresh interpreter, and a row's figure
+is the median over the processes, with their lowest and highest beside it.
+Both steps answer this machine's noise: its speed drifts by as much as 2x
+over seconds, which a delta of adjacent blocks cancels; and one process
+differs from the next by 10 - 40 us at N = 100, which only fresh processes
+show (pyperf runs worker processes for the same reason).
+
+The other rows run each way on its own, in turn, several times, and print
+medians over all their batches:
+
 - after idle: the loop idles 2 ms before each batch, so the guest run has
   gone to wait for I/O in its helper thread and must be woken through it
   (two thread hand-offs), and the batch's own time is measured;
 - thread mode: ``mode="thread"``, every batch crossing threads twice;
 - inside the guest run: the same loop of batches run by a trio task of a
   guest run on an asyncio loop, no bridge at all: what guest mode itself
-  costs over ``trio.run`` (each trio pass an asyncio loop callback), the
-  part of the overhead the bridge cannot remove.
+  costs over ``trio.run`` (each trio pass an asyncio loop callback).
 
 The load average is printed before and after: compare runs only on a quiet
 machine.
@@ -31,19 +42,29 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
+import contextlib
 import functools
+import gc
 import os
 import statistics
+import subprocess
+import sys
+import threading
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import trio
 
 import toolexec.aio
 from toolexec import SideEffects, ToolCall, ToolExecutor, ToolRegistry, function_tool
 
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
 SIZES = (1, 10, 100)
 CALLS_PER_SAMPLE = 2000
+BLOCKS = 40  # pairs of blocks per paired process
+BLOCK_CALLS = 1000  # calls per block (at least 10 batches)
 TARGET_US = 50.0  # bridge overhead per batch
 
 
@@ -142,6 +163,81 @@ async def trio_loop(n: int) -> list[float]:
     return spent
 
 
+def paired_deltas(n: int, blocks: int, size: int) -> tuple[float, float, float]:
+    """Median direct batch, median bridged batch, median block delta (seconds), one process.
+
+    The bridge's asyncio loop runs here, ``trio.run`` in a second thread;
+    they take turns, a block of ``size`` batches back to back each. While
+    one side runs its block the other waits on a semaphore, off the CPU; the
+    bridged side's loop is blocked meanwhile, which leaves its guest run as
+    a batch left it (awake, one step waiting), so its next block goes on as
+    batches back to back do. A block's figure is its median batch; a pair
+    of blocks' delta is the bridged one's minus the direct one's.
+    """
+    calls = _calls(n)
+    to_trio, to_aio = threading.Semaphore(0), threading.Semaphore(0)
+    direct: list[float] = []
+    bridged: list[float] = []
+
+    async def trio_side() -> None:
+        executor = ToolExecutor(_registry())
+        await executor.execute_batch(calls)  # warm up
+        to_aio.release()
+        for _ in range(blocks):
+            to_trio.acquire()
+            spent = []
+            for _ in range(size):
+                start = time.perf_counter()
+                await executor.execute_batch(calls)
+                spent.append(time.perf_counter() - start)
+            direct.append(statistics.median(spent))
+            to_aio.release()
+
+    async def aio_side() -> None:
+        async with toolexec.aio.open_executor(_registry()) as executor:
+            await executor.execute_batch(calls)  # warm up
+            thread = threading.Thread(target=trio.run, args=(trio_side,))
+            thread.start()
+            to_aio.acquire()
+            gc.collect()
+            for _ in range(blocks):
+                spent = []
+                for _ in range(size):
+                    start = time.perf_counter()
+                    await executor.execute_batch(calls)
+                    spent.append(time.perf_counter() - start)
+                bridged.append(statistics.median(spent))
+                to_trio.release()
+                to_aio.acquire()
+            thread.join()
+
+    with _pinned():
+        asyncio.run(aio_side())
+    deltas = [b - d for d, b in zip(direct, bridged, strict=True)]
+    return statistics.median(direct), statistics.median(bridged), statistics.median(deltas)
+
+
+def paired_row(n: int, processes: int) -> None:
+    """Run ``paired_deltas`` in fresh processes; print the medians over them."""
+    size = max(10, BLOCK_CALLS // max(n, 1))
+    runs: list[tuple[float, ...]] = []
+    for _ in range(processes):
+        out = subprocess.run(
+            [sys.executable, __file__, "--paired-worker", str(n), str(BLOCKS), str(size)],
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout
+        runs.append(tuple(float(x) * 1e6 for x in out.split()))
+    d, b, delta = (statistics.median(column) for column in zip(*runs, strict=True))
+    low, high = min(r[2] for r in runs), max(r[2] for r in runs)
+    verdict = "met" if delta <= TARGET_US else "NOT met"
+    print(
+        f"{f'N={n}, back to back':<26}{d:>9.1f}{b:>9.1f}{delta:>9.1f}"
+        f"{f'{low:.0f} .. {high:.0f}':>14}{b / d:>8.2f}x  {verdict}"
+    )
+
+
 STEPS, TRIPS, PASSES = "guest steps", "I/O-wait thread trips", "trio scheduler passes"
 TURNS = "asyncio loop turns"
 
@@ -184,6 +280,94 @@ def _profile_bridged(n: int, idle: bool, counts: collections.Counter[str]) -> No
     asyncio.run(main())
     counts.clear()
     counts.update(totals)
+
+
+PHASE_BATCHES = 3000
+
+
+def phases(n: int) -> tuple[list[float], dict[str, float]]:
+    """Where a bridged batch's time goes (us, medians), and the same batch's in ``trio.run``.
+
+    Bridged, back to back, stamped at four points: the asyncio caller's
+    start, the plan's start and the run's end inside the trio task, the end
+    of the guest step that ran it, the caller's end. In ``trio.run``: plan
+    and run alone, and the whole ``execute_batch``. Wraps private parts of
+    ``toolexec.aio``, so this is a diagnostic, not a timing.
+    """
+    calls = _calls(n)
+    stamps: dict[str, float] = {}
+    rows: list[tuple[float, float, float, float]] = []
+    job_class, steps_class = toolexec.aio._Job, toolexec.aio._Steps  # noqa: SLF001
+    body, run_now = job_class.body, steps_class.run_now
+
+    async def stamped_body(self: Any, guest: Any) -> None:
+        toolexec.aio._HOST.set(guest.host)  # noqa: SLF001
+        stamps["in"] = time.perf_counter()
+        self.batch = batch = guest.executor.prepare(self.calls)
+        result = await batch.run()
+        stamps["out"] = time.perf_counter()
+        guest.host.call(self.finish, result, None)
+
+    def stamped_run_now(self: Any) -> None:
+        run_now(self)
+        stamps["step"] = time.perf_counter()
+
+    async def bridged() -> None:
+        async with toolexec.aio.open_executor(_registry()) as executor:
+            for _ in range(PHASE_BATCHES // 10):
+                await executor.execute_batch(calls)
+            for _ in range(PHASE_BATCHES):
+                start = time.perf_counter()
+                await executor.execute_batch(calls)
+                end = time.perf_counter()
+                s = stamps
+                rows.append(
+                    (s["in"] - start, s["out"] - s["in"], s["step"] - s["out"], end - s["step"])
+                )
+
+    async def direct() -> dict[str, float]:
+        executor = ToolExecutor(_registry())
+        plan_run: list[float] = []
+        whole: list[float] = []
+        for _ in range(PHASE_BATCHES // 10):
+            await executor.execute_batch(calls)
+        for _ in range(PHASE_BATCHES):
+            start = time.perf_counter()
+            await executor.prepare(calls).run()
+            plan_run.append(time.perf_counter() - start)
+            start = time.perf_counter()
+            await executor.execute_batch(calls)
+            whole.append(time.perf_counter() - start)
+        return {
+            "plan + run": statistics.median(plan_run) * 1e6,
+            "execute_batch": statistics.median(whole) * 1e6,
+        }
+
+    job_class.body = stamped_body  # type: ignore[method-assign]
+    steps_class.run_now = stamped_run_now  # type: ignore[method-assign]
+    with _pinned():
+        try:
+            asyncio.run(bridged())
+        finally:
+            job_class.body = body  # type: ignore[method-assign]
+            steps_class.run_now = run_now  # type: ignore[method-assign]
+        figures = [statistics.median(column) * 1e6 for column in zip(*rows, strict=True)]
+        return figures, trio.run(direct)
+
+
+@contextlib.contextmanager
+def _pinned() -> Iterator[None]:
+    """Run on one CPU, where the OS allows, as the paired rows do."""
+    try:
+        before = os.sched_getaffinity(0)
+        os.sched_setaffinity(0, {min(before)})
+    except (AttributeError, OSError):
+        yield
+        return
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, before)
 
 
 STEP_SAMPLES = 20000
@@ -275,6 +459,18 @@ def profile() -> None:
                 run(counts)
                 per = ", ".join(f"{k} {v / IDLE_BATCHES:.2f}" for k, v in sorted(counts.items()))
                 print(f"  N={n:<4}{label:<22}{per or 'none'}")
+        print("a bridged batch, back to back, us (medians):")
+        print(
+            f"  {'N':<6}{'to plan':>9}{'plan + run':>12}{'to step end':>13}{'to caller':>11}"
+            f"{'| trio: plan + run':>19}{'execute_batch':>15}"
+        )
+        for n in (0, 100):
+            bridged, direct = phases(n)
+            head, inner, tail, back = bridged
+            print(
+                f"  {n:<6}{head:>9.1f}{inner:>12.1f}{tail:>13.1f}{back:>11.1f}"
+                f"{direct['plan + run']:>19.1f}{direct['execute_batch']:>15.1f}"
+            )
         print("cost of one scheduling step, us:")
         for name, cost in step_costs().items():
             print(f"  {name:<36}{cost:>7.1f}")
@@ -285,42 +481,50 @@ def profile() -> None:
         loop_class._run_once = run_once  # type: ignore[attr-defined]  # noqa: SLF001
 
 
-def _row(label: str, direct: list[float], bridged: list[float], target: bool) -> None:
+def _row(label: str, direct: list[float], bridged: list[float]) -> None:
     d, b = statistics.median(direct) * 1e6, statistics.median(bridged) * 1e6
-    mean = (statistics.fmean(bridged) - statistics.fmean(direct)) * 1e6
-    verdict = ("met" if b - d <= TARGET_US else "NOT met") if target else ""
-    print(f"{label:<26}{d:>10.1f}{b:>10.1f}{b - d:>10.1f}{b / d:>7.2f}x{mean:>12.1f}  {verdict}")
+    print(f"{label:<26}{d:>9.1f}{b:>9.1f}{b - d:>9.1f}{'':>14}{b / d:>8.2f}x")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="3 repeats instead of 9")
+    parser.add_argument("--quick", action="store_true", help="fewer processes and repeats")
     parser.add_argument("--profile", action="store_true", help="count steps per batch first")
+    parser.add_argument("--paired-worker", nargs=3, type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
-    repeats = 3 if args.quick else 9
+    if args.paired_worker:
+        print(*paired_deltas(*args.paired_worker))
+        return
+    processes, repeats = (3, 3) if args.quick else (7, 9)
     if args.profile:
         profile()
     print("load average before: {:.2f} {:.2f} {:.2f}".format(*os.getloadavg()))
-    print(f"asyncio bridge vs trio directly: median batch of {repeats} interleaved repeats")
-    print(f"target: <= {TARGET_US:.0f} us per batch over trio, batches back to back\n")
+    print(f"target: <= {TARGET_US:.0f} us per batch over trio, batches back to back")
+    print(f"back to back: in blocks, each way in turn, median over {processes} processes")
+    print(f"other rows: each way on its own, {repeats} times in turn\n")
     print(
-        f"{'batch of N no-op calls':<26}{'trio us':>10}{'aio us':>10}{'delta us':>10}{'ratio':>8}"
-        f"{'mean delta':>12}"
+        f"{'batch of N no-op calls':<26}{'trio us':>9}{'aio us':>9}{'delta':>9}"
+        f"{'low .. high':>14}{'ratio':>9}"
     )
-    rows: list[tuple[str, int, bool, toolexec.aio.Mode | None, bool]] = [
-        *((f"N={n}, guest", n, False, "guest", True) for n in (0, *SIZES)),
-        *((f"N={n}, guest, after idle", n, True, "guest", False) for n in (1, 10)),
-        *((f"N={n}, thread mode", n, False, "thread", False) for n in (1, 10)),
-        *((f"N={n}, inside guest run", n, False, None, False) for n in SIZES),
+    for n in (0, *SIZES):
+        paired_row(n, processes)
+    rows: list[tuple[str, int, bool, toolexec.aio.Mode | None]] = [
+        *((f"N={n}, guest, after idle", n, True, "guest") for n in (1, 10)),
+        *((f"N={n}, thread mode", n, False, "thread") for n in (1, 10)),
+        *((f"N={n}, inside guest run", n, False, None) for n in SIZES),
     ]
-    for label, n, idle, mode, target in rows:
+    for label, n, idle, mode in rows:
         direct: list[float] = []
         bridged: list[float] = []
-        for _ in range(repeats):  # interleaved, so noise hits both alike
+        for _ in range(repeats):  # interleaved, so drift hits both alike
             direct += trio_per_batch(n, idle)
             bridged += guest_inside_per_batch(n) if mode is None else aio_per_batch(n, idle, mode)
-        _row(label, direct, bridged, target)
-    print("\nN=0 is an empty batch: the bridge's own round trip, nearly nothing else.")
+        _row(label, direct, bridged)
+    print("\nback to back: trio us, aio us and delta are medians over the processes of")
+    print("each process's median block (delta: of block pairs); low .. high: the lowest")
+    print("and highest process's delta.")
+    print("other rows: medians over all their batches; delta is aio minus trio.")
+    print("N=0 is an empty batch: the bridge's own round trip, nearly nothing else.")
     print(f"after idle: {IDLE_GAP * 1e3:.0f} ms of idle loop before each (untimed) batch.")
     print("inside guest run: no bridge; guest mode's own cost, a floor for the rows above.")
     print("load average after: {:.2f} {:.2f} {:.2f}".format(*os.getloadavg()))
