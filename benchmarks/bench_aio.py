@@ -59,7 +59,7 @@ import toolexec.aio
 from toolexec import SideEffects, ToolCall, ToolExecutor, ToolRegistry, function_tool
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Awaitable, Callable, Iterator
 
 SIZES = (1, 10, 100)
 CALLS_PER_SAMPLE = 2000
@@ -163,6 +163,18 @@ async def trio_loop(n: int) -> list[float]:
     return spent
 
 
+async def _median_batch(
+    execute: Callable[[list[ToolCall]], Awaitable[object]], calls: list[ToolCall], size: int
+) -> float:
+    """Seconds of the median of ``size`` batches run back to back."""
+    spent = []
+    for _ in range(size):
+        start = time.perf_counter()
+        await execute(calls)
+        spent.append(time.perf_counter() - start)
+    return statistics.median(spent)
+
+
 def paired_deltas(n: int, blocks: int, size: int) -> tuple[float, float, float]:
     """Median direct batch, median bridged batch, median block delta (seconds), one process.
 
@@ -185,12 +197,7 @@ def paired_deltas(n: int, blocks: int, size: int) -> tuple[float, float, float]:
         to_aio.release()
         for _ in range(blocks):
             to_trio.acquire()
-            spent = []
-            for _ in range(size):
-                start = time.perf_counter()
-                await executor.execute_batch(calls)
-                spent.append(time.perf_counter() - start)
-            direct.append(statistics.median(spent))
+            direct.append(await _median_batch(executor.execute_batch, calls, size))
             to_aio.release()
 
     async def aio_side() -> None:
@@ -201,12 +208,7 @@ def paired_deltas(n: int, blocks: int, size: int) -> tuple[float, float, float]:
             to_aio.acquire()
             gc.collect()
             for _ in range(blocks):
-                spent = []
-                for _ in range(size):
-                    start = time.perf_counter()
-                    await executor.execute_batch(calls)
-                    spent.append(time.perf_counter() - start)
-                bridged.append(statistics.median(spent))
+                bridged.append(await _median_batch(executor.execute_batch, calls, size))
                 to_trio.release()
                 to_aio.acquire()
             thread.join()
