@@ -12,6 +12,12 @@ import os
 
 from hypothesis import HealthCheck, settings
 
+# The session fixture that starts the reaper's supervisor under coverage, in
+# force for stress/ as for tests/: a worker process whose first file is a
+# stress file would otherwise start the supervisor unmeasured, for the rest of
+# its session.
+from conftest import _measured_supervisor  # noqa: F401
+
 _COMMON = settings(
     deadline=None,  # one example is a whole trio run; wall time varies
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
