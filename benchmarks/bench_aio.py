@@ -33,6 +33,11 @@ medians over all their batches:
   guest run on an asyncio loop, no bridge at all: what guest mode itself
   costs over ``trio.run`` (each trio pass an asyncio loop callback).
 
+``--profile`` first counts scheduling steps per batch, times the parts of
+a bridged batch, and pairs a batch of 10 calls whose first spins for 0, 1
+or 4 ms: time added with almost no work, to tell caches emptied by the
+batch's work from caches emptied by time.
+
 The load average is printed before and after: compare runs only on a quiet
 machine.
 """
@@ -74,14 +79,28 @@ async def noop() -> str:
     return ""
 
 
+@function_tool(side_effects=SideEffects.READ)
+async def spin(us: float) -> str:
+    """Keep the CPU busy for ``us`` microseconds, touching almost no memory."""
+    end = time.perf_counter() + us * 1e-6
+    while time.perf_counter() < end:
+        pass
+    return ""
+
+
 def _registry() -> ToolRegistry:
     registry = ToolRegistry()
     registry.register(noop)
+    registry.register(spin)
     return registry
 
 
-def _calls(n: int) -> list[ToolCall]:
-    return [ToolCall(str(i), "noop", {}) for i in range(n)]
+def _calls(n: int, spin_us: int = 0) -> list[ToolCall]:
+    """``n`` no-op calls; with ``spin_us``, the first spins that long instead."""
+    calls = [ToolCall(str(i), "noop", {}) for i in range(n)]
+    if spin_us:
+        calls[0] = ToolCall("0", "spin", {"us": spin_us})
+    return calls
 
 
 IDLE_GAP = 0.002  # seconds between batches in the "after idle" rows (not timed)
@@ -175,7 +194,7 @@ async def _median_batch(
     return statistics.median(spent)
 
 
-def paired_deltas(n: int, blocks: int, size: int) -> tuple[float, float, float]:
+def paired_deltas(n: int, blocks: int, size: int, spin_us: int = 0) -> tuple[float, float, float]:
     """Median direct batch, median bridged batch, median block delta (seconds), one process.
 
     The bridge's asyncio loop runs here, ``trio.run`` in a second thread;
@@ -184,9 +203,10 @@ def paired_deltas(n: int, blocks: int, size: int) -> tuple[float, float, float]:
     bridged side's loop is blocked meanwhile, which leaves its guest run as
     a batch left it (awake, one step waiting), so its next block goes on as
     batches back to back do. A block's figure is its median batch; a pair
-    of blocks' delta is the bridged one's minus the direct one's.
+    of blocks' delta is the bridged one's minus the direct one's. With
+    ``spin_us``, the batch's first call spins that long (see ``spin_rows``).
     """
-    calls = _calls(n)
+    calls = _calls(n, spin_us)
     to_trio, to_aio = threading.Semaphore(0), threading.Semaphore(0)
     direct: list[float] = []
     bridged: list[float] = []
@@ -219,25 +239,51 @@ def paired_deltas(n: int, blocks: int, size: int) -> tuple[float, float, float]:
     return statistics.median(direct), statistics.median(bridged), statistics.median(deltas)
 
 
-def paired_row(n: int, processes: int) -> None:
-    """Run ``paired_deltas`` in fresh processes; print the medians over them."""
+def _paired_processes(n: int, processes: int, spin_us: int = 0) -> list[tuple[float, ...]]:
+    """``paired_deltas`` in fresh processes: (direct, bridged, delta) in us, one per process."""
     size = max(10, BLOCK_CALLS // max(n, 1))
     runs: list[tuple[float, ...]] = []
     for _ in range(processes):
-        out = subprocess.run(
-            [sys.executable, __file__, "--paired-worker", str(n), str(BLOCKS), str(size)],
-            check=True,
-            capture_output=True,
-            text=True,
-        ).stdout
+        sizes = [str(n), str(BLOCKS), str(size), str(spin_us)]
+        argv = [sys.executable, __file__, "--paired-worker", *sizes]
+        out = subprocess.run(argv, check=True, capture_output=True, text=True).stdout
         runs.append(tuple(float(x) * 1e6 for x in out.split()))
-    d, b, delta = (statistics.median(column) for column in zip(*runs, strict=True))
+    return runs
+
+
+def _paired_line(label: str, runs: list[tuple[float, ...]]) -> float:
+    """Print a row of medians over the processes' figures; return the delta's."""
+    d, b, delta = (float(statistics.median(column)) for column in zip(*runs, strict=True))
     low, high = min(r[2] for r in runs), max(r[2] for r in runs)
-    verdict = "met" if delta <= TARGET_US else "NOT met"
     print(
-        f"{f'N={n}, back to back':<26}{d:>9.1f}{b:>9.1f}{delta:>9.1f}"
-        f"{f'{low:.0f} .. {high:.0f}':>14}{b / d:>8.2f}x  {verdict}"
+        f"{label:<26}{d:>9.1f}{b:>9.1f}{delta:>9.1f}{f'{low:.0f} .. {high:.0f}':>14}{b / d:>8.2f}x",
+        end="",
     )
+    return delta
+
+
+def paired_row(n: int, processes: int) -> None:
+    """A target row: ``paired_deltas`` over fresh processes, with the verdict."""
+    delta = _paired_line(f"N={n}, back to back", _paired_processes(n, processes))
+    print("  met" if delta <= TARGET_US else "  NOT met")
+
+
+SPINS_US = (0, 1000, 4000)
+
+
+def spin_rows(processes: int) -> None:
+    """Paired rows for a batch of 10 calls whose first spins 0, 1 or 4 ms.
+
+    The spin adds time to the batch but almost no work: a loop over one
+    clock read, a few cache lines. If the bridge's overhead grew with N only
+    because a larger batch's own work evicts the bridge's path from the
+    caches, these rows would stay at the N = 10 figure; if it grows with
+    them, the caches empty with time, whatever runs.
+    """
+    print(f"a batch of 10 calls, the first spinning, paired as above ({processes} processes):")
+    for spin_us in SPINS_US:
+        _paired_line(f"  spin {spin_us / 1000:g} ms", _paired_processes(10, processes, spin_us))
+        print()
 
 
 STEPS, TRIPS, PASSES = "guest steps", "I/O-wait thread trips", "trio scheduler passes"
@@ -492,7 +538,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer processes and repeats")
     parser.add_argument("--profile", action="store_true", help="count steps per batch first")
-    parser.add_argument("--paired-worker", nargs=3, type=int, help=argparse.SUPPRESS)
+    # N BLOCKS SIZE [SPIN_US]: one process of a paired row.
+    parser.add_argument("--paired-worker", nargs="+", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.paired_worker:
         print(*paired_deltas(*args.paired_worker))
@@ -500,6 +547,8 @@ def main() -> None:
     processes, repeats = (3, 3) if args.quick else (7, 9)
     if args.profile:
         profile()
+        spin_rows(3)
+        print()
     print("load average before: {:.2f} {:.2f} {:.2f}".format(*os.getloadavg()))
     print(f"target: <= {TARGET_US:.0f} us per batch over trio, batches back to back")
     print(f"back to back: in blocks, each way in turn, median over {processes} processes")
