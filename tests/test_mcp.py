@@ -29,9 +29,12 @@ from mcp_servers.fixtures import (
 from toolexec import (
     Allow,
     ErrorClass,
+    ImageContent,
+    JsonContent,
     RegistrationError,
     RoutingClass,
     SideEffects,
+    TextContent,
     ToolCall,
     ToolExecutor,
     ToolRegistry,
@@ -431,6 +434,34 @@ async def test_calls_errors_unknown_tools_invalid_arguments_and_progress() -> No
     assert messages == {"c5": ["step 1 of 3 (1/3)", "step 2 of 3 (2/3)", "step 3 of 3 (3/3)"]}
     assert dotted.text == "4"
     assert big.text == "x" * 3_000_000
+
+
+async def test_every_kind_of_content_block_reaches_the_model_in_order() -> None:
+    registry = ToolRegistry()
+    async with open_mcp_server(registry, "t", sdk_server_entry()):
+        media, structured, silent = await run(
+            ToolExecutor(registry),
+            ("mcp__t__media", {}),
+            ("mcp__t__structured_only", {}),
+            ("mcp__t__silent_error", {}),
+        )
+    assert not media.is_error
+    image, audio, link, text, blob = media.content
+    # images pass through; what the model cannot take is named, not dropped
+    assert image == ImageContent("iVBORw0K", "image/png")
+    assert audio == TextContent("[audio content (audio/wav) omitted]")
+    assert link == TextContent("[resource file:///notes/a.md: a.md]")
+    assert text == TextContent("note b")
+    assert blob == TextContent(
+        "[binary resource file:///notes/c.bin (application/octet-stream) omitted]"
+    )
+    # structured content alone becomes the content, and stays in the details
+    assert structured.content == (JsonContent({"count": 2, "names": ["a", "b"]}),)
+    assert structured.details["structured_content"] == {"count": 2, "names": ["a", "b"]}
+    # an error without a message still tells the model which tool failed
+    assert silent.is_error
+    assert silent.error_class is ErrorClass.EXECUTION_ERROR
+    assert silent.text == "MCP tool 'silent_error' reported an error without a message."
 
 
 @attrs.frozen

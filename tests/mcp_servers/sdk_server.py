@@ -5,7 +5,8 @@ serve streamable HTTP on 127.0.0.1 with a port the OS picks; the server then
 prints ``PORT <n>`` on stdout once it is listening.
 
 Its tools cover what a client must handle: read-only and mutating
-annotations, an error result, progress, a call that blocks until cancelled
+annotations, an error result (and one without a message), every kind of
+content block, structured content alone, progress, a call that blocks until cancelled
 (and a way to ask whether the server saw the cancellation), a crash
 mid-call, a child process, and a tool list that changes at runtime.
 """
@@ -21,7 +22,16 @@ from pathlib import Path
 import anyio
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
-from mcp.types import ToolAnnotations
+from mcp.types import (
+    AudioContent,
+    BlobResourceContents,
+    CallToolResult,
+    EmbeddedResource,
+    ImageContent,
+    ResourceLink,
+    TextResourceContents,
+    ToolAnnotations,
+)
 from pydantic import BaseModel
 
 server = MCPServer("toolexec-test")
@@ -96,6 +106,40 @@ def count_nodes(root: Node) -> int:
 def fail(message: str) -> str:
     """Fail with the given message (an isError result)."""
     raise ToolError(message)
+
+
+@server.tool(annotations=READ_ONLY)
+def media() -> CallToolResult:
+    """Answer with one block of each kind a result may hold besides text."""
+    return CallToolResult(
+        content=[
+            ImageContent(type="image", data="iVBORw0K", mime_type="image/png"),
+            AudioContent(type="audio", data="UklGRg==", mime_type="audio/wav"),
+            ResourceLink(type="resource_link", uri="file:///notes/a.md", name="a.md"),
+            EmbeddedResource(
+                type="resource",
+                resource=TextResourceContents(uri="file:///notes/b.md", text="note b"),
+            ),
+            EmbeddedResource(
+                type="resource",
+                resource=BlobResourceContents(
+                    uri="file:///notes/c.bin", mime_type="application/octet-stream", blob="AAE="
+                ),
+            ),
+        ]
+    )
+
+
+@server.tool(annotations=READ_ONLY)
+def structured_only() -> CallToolResult:
+    """Answer with structured content and no content blocks."""
+    return CallToolResult(content=[], structured_content={"count": 2, "names": ["a", "b"]})
+
+
+@server.tool()
+def silent_error() -> CallToolResult:
+    """Report an error with no content at all."""
+    return CallToolResult(content=[], is_error=True)
 
 
 @server.tool()
