@@ -1,0 +1,255 @@
+"""Random asyncio workloads through ``toolexec.aio``, checked call by call.
+
+Theory of operation. Hypothesis draws a *workload*: a mode (guest or
+thread) and a few asyncio *clients* sharing one bridged executor. Each
+client runs a few batches, one after another, from its own asyncio task;
+between two batches it goes on at once, yields one loop turn, or pauses
+past the dispatcher's linger so the guest run goes back to waiting for
+I/O. So batches reach the bridge in each of its states: handed to the idle
+dispatcher, started in a task of their own while it is busy, or woken
+through the I/O-wait thread. A batch's calls are drawn from:
+
+- ``noop``: returns at once, never waits (the batch can finish in one step);
+- ``hop``: yields to trio's scheduler a few times;
+- ``aio_hop``: an ``asyncio_tool`` whose body yields to the asyncio loop;
+- ``capped``: hops, under a per-tool cap of 1 (instrumented);
+- ``write``: a serial mutator that hops, then appends to a shared log;
+- ``boom``: raises.
+
+Some batches are cancelled from the asyncio side after a random number of
+loop turns (zero: before the awaiting task even starts).
+
+The checks, for every example: a batch that was not cancelled returns one
+result per call, in call order, with the call's id and the expected text
+or error class; a cancelled batch raises ``CancelledError`` (or, when the
+cancel came after its end, returns the full outcome); the writes of one
+batch reach the log in call order, all of them for a finished batch and a
+prefix of them for a cancelled one; two ``write`` calls never overlap and
+two ``capped`` calls never overlap; once every client is done, the
+executor holds no permit, has no call in flight and nobody waits; the
+bridge then closes within the deadline (nothing left running in the trio
+run) and no asyncio task outlives the example.
+
+Real time: asyncio has no mock clock, so nothing here sleeps but the
+pauses between batches, each a few milliseconds at most.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Literal
+
+import attrs
+import trio
+from hypothesis import event, given, settings
+from hypothesis import strategies as st
+
+import toolexec.aio
+from stress.conftest import stress_profile
+from toolexec import (
+    BatchOutcome,
+    ConcurrencyConfig,
+    ErrorClass,
+    SideEffects,
+    ToolCall,
+    ToolRegistry,
+    function_tool,
+)
+
+Tool = Literal["noop", "hop", "aio_hop", "capped", "write", "boom"]
+TOOLS: tuple[Tool, ...] = ("noop", "hop", "aio_hop", "capped", "write", "boom")
+Gap = Literal["none", "turn", "pause"]
+PAUSE = 0.002  # seconds: past the dispatcher's linger (toolexec.aio.LINGER)
+DEADLINE = 60.0  # seconds for a whole example: a hang is a failure
+
+
+@attrs.frozen
+class Call:
+    tool: Tool
+    hops: int
+
+
+@attrs.frozen
+class Batch:
+    calls: tuple[Call, ...]
+    cancel_after: int | None  # loop turns before the awaiting task is cancelled
+    gap: Gap  # before this batch
+
+
+@attrs.frozen
+class Workload:
+    mode: toolexec.aio.Mode
+    clients: tuple[tuple[Batch, ...], ...]
+
+
+calls = st.builds(Call, st.sampled_from(TOOLS), st.integers(0, 3))
+batches = st.builds(
+    Batch,
+    st.lists(calls, max_size=8).map(tuple),
+    st.none() | st.integers(0, 6),
+    st.sampled_from(("none", "none", "turn", "pause")),
+)
+workloads = st.builds(
+    Workload,
+    st.sampled_from(("guest", "guest", "guest", "thread")),
+    st.lists(st.lists(batches, min_size=1, max_size=4).map(tuple), min_size=1, max_size=4).map(
+        tuple
+    ),
+)
+
+
+@attrs.define
+class World:
+    """What the tools saw: the write log and the overlap high-water marks."""
+
+    log: list[str] = attrs.Factory(list)
+    running: dict[str, int] = attrs.Factory(lambda: {"write": 0, "capped": 0})
+    most: dict[str, int] = attrs.Factory(lambda: {"write": 0, "capped": 0})
+
+    async def exclusive(self, name: str, hops: int) -> None:
+        self.running[name] += 1
+        self.most[name] = max(self.most[name], self.running[name])
+        try:
+            for _ in range(hops + 1):
+                await trio.sleep(0)
+        finally:
+            self.running[name] -= 1
+
+
+def registry_for(world: World) -> ToolRegistry:
+    @function_tool(side_effects=SideEffects.READ)
+    async def noop(tag: str, hops: int) -> str:
+        """Return the tag at once."""
+        return tag
+
+    @function_tool(side_effects=SideEffects.READ)
+    async def hop(tag: str, hops: int) -> str:
+        """Yield to trio ``hops`` times, then return the tag."""
+        for _ in range(hops):
+            await trio.sleep(0)
+        return tag
+
+    @function_tool(side_effects=SideEffects.READ)
+    @toolexec.aio.asyncio_tool
+    async def aio_hop(tag: str, hops: int) -> str:
+        """Yield to the asyncio loop ``hops`` times, then return the tag."""
+        for _ in range(hops):
+            await asyncio.sleep(0)
+        return tag
+
+    @function_tool(side_effects=SideEffects.READ)
+    async def capped(tag: str, hops: int) -> str:
+        """Hop under a per-tool cap of one."""
+        await world.exclusive("capped", hops)
+        return tag
+
+    @function_tool(side_effects=SideEffects.EXECUTE)
+    async def write(tag: str, hops: int) -> str:
+        """Hop, then append the tag to the log (no checkpoint after it)."""
+        await world.exclusive("write", hops)
+        world.log.append(tag)
+        return tag
+
+    @function_tool(side_effects=SideEffects.READ)
+    async def boom(tag: str, hops: int) -> str:
+        """Fail."""
+        raise RuntimeError(f"boom {tag}")
+
+    registry = ToolRegistry()
+    for tool in (noop, hop, aio_hop, capped, write, boom):
+        registry.register(tool)
+    return registry
+
+
+def tool_calls(client: int, index: int, batch: Batch) -> list[ToolCall]:
+    return [
+        ToolCall(f"{client}.{index}.{i}", c.tool, {"tag": f"{client}.{index}.{i}", "hops": c.hops})
+        for i, c in enumerate(batch.calls)
+    ]
+
+
+def check_outcome(outcome: BatchOutcome, sent: list[ToolCall]) -> None:
+    assert [r.call_id for r in outcome.results] == [c.id for c in sent]
+    for result, call in zip(outcome.results, sent, strict=True):
+        if call.name == "boom":
+            assert result.is_error
+            assert result.error_class is ErrorClass.EXECUTION_ERROR
+        else:
+            assert not result.is_error, result.text
+            assert result.text == call.id
+
+
+async def run_client(
+    ex: toolexec.aio.AsyncioExecutor, client: int, plan: tuple[Batch, ...]
+) -> list[tuple[list[ToolCall], bool]]:
+    """Run the client's batches; return each one's calls and whether it was cancelled."""
+    done: list[tuple[list[ToolCall], bool]] = []
+    for index, batch in enumerate(plan):
+        if batch.gap == "turn":
+            await asyncio.sleep(0)
+        elif batch.gap == "pause":
+            await asyncio.sleep(PAUSE)
+        sent = tool_calls(client, index, batch)
+        task = asyncio.create_task(ex.execute_batch(sent))
+        if batch.cancel_after is not None:
+            for _ in range(batch.cancel_after):
+                await asyncio.sleep(0)
+            task.cancel()
+        try:
+            outcome = await task
+        except asyncio.CancelledError:
+            assert batch.cancel_after is not None  # nobody else cancels
+            event("a batch was cancelled")
+            done.append((sent, True))
+        else:
+            if batch.cancel_after is not None:
+                event("a batch ended before its cancel")
+            check_outcome(outcome, sent)
+            done.append((sent, False))
+    return done
+
+
+def check_quiet(ex: toolexec.aio.AsyncioExecutor) -> None:
+    stats = ex.executor.statistics()
+    assert stats.calls_in_flight == 0
+    for pool in (stats.read, stats.concurrent_mut, stats.serial_mut, *stats.per_tool.values()):
+        assert (pool.borrowed, pool.waiting) == (0, 0), stats
+
+
+def check_writes(world: World, finished: list[tuple[list[ToolCall], bool]]) -> None:
+    for sent, cancelled in finished:
+        writes = [c.id for c in sent if c.name == "write"]
+        logged = [tag for tag in world.log if tag in set(writes)]
+        if cancelled:
+            assert logged == writes[: len(logged)]
+        else:
+            assert logged == writes
+    assert len(world.log) == len(set(world.log))  # each write at most once
+    assert world.most["write"] <= 1
+    assert world.most["capped"] <= 1
+
+
+async def run_workload(workload: Workload) -> None:
+    world = World()
+    config = ConcurrencyConfig(per_tool={"capped": 1})
+    async with asyncio.timeout(DEADLINE):
+        async with toolexec.aio.open_executor(
+            registry_for(world), mode=workload.mode, config=config
+        ) as ex:
+            results = await asyncio.gather(
+                *(run_client(ex, i, plan) for i, plan in enumerate(workload.clients))
+            )
+            check_quiet(ex)
+    check_writes(world, [batch for client in results for batch in client])
+    assert asyncio.all_tasks() == {asyncio.current_task()}
+
+
+@settings(settings.get_profile(stress_profile()))
+@given(workloads)
+def test_bridged_batches_keep_order_and_leave_nothing(workload: Workload) -> None:
+    asyncio.run(run_workload(workload))
+
+
+def test_the_pause_outlasts_the_dispatchers_linger() -> None:
+    # The "pause" gap is meant to let the guest run go back to waiting for I/O.
+    assert toolexec.aio.LINGER < PAUSE
