@@ -532,6 +532,26 @@ def test_a_closed_executor_refuses_batches_and_contexts() -> None:
     _run(main())
 
 
+def test_a_run_that_ended_before_the_loop_heard_refuses_clearly() -> None:
+    # Thread mode: the trio run ends in its thread and tells the loop with a
+    # callback. Until that callback runs, a batch, a context, a cancel and the
+    # close must still meet "closed", not trio's own error.
+    async def main() -> None:
+        async with toolexec.aio.open_executor(_registry(), mode="thread") as ex:
+            guest = ex._guest
+            assert guest.nursery is not None
+            assert guest.thread is not None
+            ex.trio_token.run_sync_soon(guest.nursery.cancel_scope.cancel)
+            guest.thread.join()  # the run has ended; the loop has not run since
+            assert not guest.done.done()
+            with pytest.raises(RuntimeError, match="executor is closed"):
+                await ex.execute_batch([])
+            with pytest.raises(RuntimeError, match="trio run stopped"):
+                await ex.enter(contextlib.nullcontext())
+
+    _run(main())
+
+
 def test_events_reach_a_plain_sink_in_guest_mode_too() -> None:
     seen: list[Event] = []
 

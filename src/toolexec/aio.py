@@ -114,6 +114,8 @@ MODES: tuple[Mode, ...] = ("guest", "thread")
 # short enough that an idle host loop spins for no noticeable time.
 LINGER = 0.0005
 
+CLOSED = "this toolexec.aio executor is closed"
+
 
 class _Host:
     """The host asyncio loop as seen from the trio run (guest or thread)."""
@@ -485,13 +487,27 @@ class _Guest:
         _settle(self.ready, RuntimeError("the trio run stopped before it started"))
         self.done.set_result(error)
 
-    def _check_open(self) -> trio.lowlevel.TrioToken:
+    def _check_open(self) -> None:
         if self.closed is not None or self.token is None:
-            raise RuntimeError("this toolexec.aio executor is closed") from self.closed
-        return self.token
+            raise RuntimeError(CLOSED) from self.closed
+
+    def soon(self, fn: Callable[..., object], *args: Any) -> bool:
+        """Have the trio run call ``fn(*args)`` soon; ``False`` if it has ended.
+
+        The run can end (in its thread, or in its last guest step) before the
+        loop has heard of it from ``finished``; until then ``run_sync_soon``
+        raises trio's ``RunFinishedError``, and ``finished``, still to come,
+        fails whoever waits.
+        """
+        assert self.token is not None
+        try:
+            self.token.run_sync_soon(fn, *args)
+        except trio.RunFinishedError:
+            return False
+        return True
 
     def submit(self, job: _Job) -> None:
-        token = self._check_open()
+        self._check_open()
         if not self.host.threaded and trio.lowlevel.in_trio_run():
             # Guest mode, on the loop's thread between two steps of the run:
             # trio objects may be touched now. Trio wakes its I/O-wait thread
@@ -507,15 +523,16 @@ class _Guest:
                 self.start(job)  # a task of its own (its context: a copy of this one's)
             return
         job.context = contextvars.copy_context()
-        token.run_sync_soon(self.start, job)
+        if not self.soon(self.start, job):
+            raise RuntimeError(CLOSED)
 
     def cancel(self, job: _Job) -> None:
         if self.token is not None and not self.done.done():
-            self.token.run_sync_soon(job.cancel)
+            self.soon(job.cancel)  # or the run has ended: ``finished`` ends the job
 
     def add_context(self, held: _Context) -> None:
-        token = self._check_open()
-        self.contexts.append(held)
+        self._check_open()
+        self.contexts.append(held)  # an ended run's ``finished`` fails its future
 
         def start() -> None:
             assert self.outer is not None
@@ -524,12 +541,12 @@ class _Guest:
             except RuntimeError:  # pragma: no cover - closing at this very moment
                 held.exited.set()
 
-        token.run_sync_soon(start)
+        self.soon(start)
 
     async def close(self) -> None:
         """Cancel what still runs, wait for the run's end, re-raise its error."""
         if not self.done.done() and self.token is not None and self.nursery is not None:
-            self.token.run_sync_soon(self.nursery.cancel_scope.cancel)
+            self.soon(self.nursery.cancel_scope.cancel)
         cancelled = await _wait_uncancellable(self.done)
         if self.thread is not None:
             self.thread.join()
@@ -629,7 +646,7 @@ class AsyncioExecutor:
             return await asyncio.shield(held.future)
         except asyncio.CancelledError:
             if guest.token is not None and not guest.done.done():
-                guest.token.run_sync_soon(held.scope.cancel)
+                guest.soon(held.scope.cancel)
             await _wait_uncancellable(held.future)
             raise
 
