@@ -17,18 +17,22 @@ through the I/O-wait thread. A batch's calls are drawn from:
 - ``boom``: raises.
 
 Some batches are cancelled from the asyncio side after a random number of
-loop turns (zero: before the awaiting task even starts).
+loop turns (zero: before the awaiting task even starts). Some workloads
+close the executor (leave its ``async with``) after a random number of
+loop turns, while clients still run.
 
 The checks, for every example: a batch that was not cancelled returns one
 result per call, in call order, with the call's id and the expected text
 or error class; a cancelled batch raises ``CancelledError`` (or, when the
-cancel came after its end, returns the full outcome); the writes of one
-batch reach the log in call order, all of them for a finished batch and a
-prefix of them for a cancelled one; two ``write`` calls never overlap and
-two ``capped`` calls never overlap; once every client is done, the
-executor holds no permit, has no call in flight and nobody waits; the
-bridge then closes within the deadline (nothing left running in the trio
-run) and no asyncio task outlives the example.
+cancel came after its end, returns the full outcome); once the close
+begins, a batch either finishes whole or raises ``RuntimeError``; the
+writes of one batch reach the log in call order, all of them for a
+finished batch and a prefix of them for a cancelled or cut one; two
+``write`` calls never overlap and two ``capped`` calls never overlap; once
+every client is done, the executor holds no permit, has no call in flight
+and nobody waits, and the same holds after the close; the bridge closes within the deadline
+(nothing left running in the trio run) and no asyncio task outlives the
+example.
 
 Real time: asyncio has no mock clock, so nothing here sleeps but the
 pauses between batches, each a few milliseconds at most.
@@ -80,6 +84,7 @@ class Batch:
 class Workload:
     mode: toolexec.aio.Mode
     clients: tuple[tuple[Batch, ...], ...]
+    close_after: int | None  # loop turns before closing while clients run
 
 
 calls = st.builds(Call, st.sampled_from(TOOLS), st.integers(0, 3))
@@ -95,6 +100,7 @@ workloads = st.builds(
     st.lists(st.lists(batches, min_size=1, max_size=4).map(tuple), min_size=1, max_size=4).map(
         tuple
     ),
+    st.none() | st.none() | st.integers(0, 4),
 )
 
 
@@ -180,9 +186,14 @@ def check_outcome(outcome: BatchOutcome, sent: list[ToolCall]) -> None:
 
 
 async def run_client(
-    ex: toolexec.aio.AsyncioExecutor, client: int, plan: tuple[Batch, ...]
+    ex: toolexec.aio.AsyncioExecutor, client: int, plan: tuple[Batch, ...], closing: bool
 ) -> list[tuple[list[ToolCall], bool]]:
-    """Run the client's batches; return each one's calls and whether it was cancelled."""
+    """Run the client's batches; return each one's calls and whether it was cut short.
+
+    A batch is cut short by its cancel, or by the executor's close when
+    ``closing``: then it fails with ``RuntimeError``, and the client goes on
+    sending (a later batch may still finish whole, or fail the same way).
+    """
     done: list[tuple[list[ToolCall], bool]] = []
     for index, batch in enumerate(plan):
         if batch.gap == "turn":
@@ -197,6 +208,12 @@ async def run_client(
             task.cancel()
         try:
             outcome = await task
+        except RuntimeError as exc:
+            message = str(exc)
+            assert closing, message
+            assert "stopped" in message or "closed" in message, message
+            event("a batch met the close")
+            done.append((sent, True))
         except asyncio.CancelledError:
             assert batch.cancel_after is not None  # nobody else cancels
             event("a batch was cancelled")
@@ -232,14 +249,22 @@ def check_writes(world: World, finished: list[tuple[list[ToolCall], bool]]) -> N
 async def run_workload(workload: Workload) -> None:
     world = World()
     config = ConcurrencyConfig(per_tool={"capped": 1})
+    closing = workload.close_after is not None
     async with asyncio.timeout(DEADLINE):
         async with toolexec.aio.open_executor(
             registry_for(world), mode=workload.mode, config=config
         ) as ex:
-            results = await asyncio.gather(
-                *(run_client(ex, i, plan) for i, plan in enumerate(workload.clients))
+            clients = asyncio.gather(
+                *(run_client(ex, i, plan, closing) for i, plan in enumerate(workload.clients))
             )
-            check_quiet(ex)
+            if workload.close_after is None:
+                await clients
+                check_quiet(ex)
+            else:
+                for _ in range(workload.close_after):
+                    await asyncio.sleep(0)
+        results = await clients  # after the close, when closing early
+        check_quiet(ex)
     check_writes(world, [batch for client in results for batch in client])
     assert asyncio.all_tasks() == {asyncio.current_task()}
 
