@@ -14,21 +14,26 @@ through the I/O-wait thread. A batch's calls are drawn from:
 - ``aio_hop``: an ``asyncio_tool`` whose body yields to the asyncio loop;
 - ``capped``: hops, under a per-tool cap of 1 (instrumented);
 - ``write``: a serial mutator that hops, then appends to a shared log;
-- ``boom``: raises.
+- ``boom``: raises;
+- ``stuck`` and ``aio_stuck``: wait forever, in trio or in an asyncio
+  body, until their tool timeout (3 ms) ends them.
 
 Some batches are cancelled from the asyncio side after a random number of
-loop turns (zero: before the awaiting task even starts). Some workloads
+loop turns (zero: before the awaiting task even starts), or awaited under
+an ``asyncio.timeout`` of up to 3 ms. Some workloads
 close the executor (leave its ``async with``) after a random number of
 loop turns, while clients still run.
 
 The checks, for every example: a batch that was not cancelled returns one
 result per call, in call order, with the call's id and the expected text
-or error class; a cancelled batch raises ``CancelledError`` (or, when the
-cancel came after its end, returns the full outcome); once the close
+or error class (``timeout`` for the stuck tools); a cancelled batch raises
+``CancelledError``, and one past its asyncio deadline ``TimeoutError`` (or,
+when the cancel came after its end, it returns the full outcome); once the close
 begins, a batch either finishes whole or raises ``RuntimeError``; the
 writes of one batch reach the log in call order, all of them for a
 finished batch and a prefix of them for a cancelled or cut one; two
-``write`` calls never overlap and two ``capped`` calls never overlap; once
+``write`` calls never overlap and two ``capped`` calls never overlap; every
+asyncio tool body has ended; once
 every client is done, the executor holds no permit, has no call in flight
 and nobody waits, and the same holds after the close; the bridge closes within the deadline
 (nothing left running in the trio run) and no asyncio task outlives the
@@ -60,10 +65,22 @@ from toolexec import (
     function_tool,
 )
 
-Tool = Literal["noop", "hop", "aio_hop", "capped", "write", "boom"]
-TOOLS: tuple[Tool, ...] = ("noop", "hop", "aio_hop", "capped", "write", "boom")
+Tool = Literal["noop", "hop", "aio_hop", "capped", "write", "boom", "stuck", "aio_stuck"]
+TOOLS: tuple[Tool, ...] = (
+    "noop",
+    "hop",
+    "aio_hop",
+    "capped",
+    "write",
+    "boom",
+    "stuck",
+    "aio_stuck",
+)
 Gap = Literal["none", "turn", "pause"]
+Stop = Literal["none", "cancel", "deadline"]
 PAUSE = 0.002  # seconds: past the dispatcher's linger (toolexec.aio.LINGER)
+STUCK_TIMEOUT = 0.003  # seconds: the stuck tools' own timeout
+TICK = 0.0005  # seconds: a batch's asyncio deadline is ``after`` of these
 DEADLINE = 60.0  # seconds for a whole example: a hang is a failure
 
 
@@ -76,7 +93,8 @@ class Call:
 @attrs.frozen
 class Batch:
     calls: tuple[Call, ...]
-    cancel_after: int | None  # loop turns before the awaiting task is cancelled
+    stop: Stop  # cancelled after ``after`` loop turns, or a deadline ``after`` ticks away
+    after: int
     gap: Gap  # before this batch
 
 
@@ -91,7 +109,8 @@ calls = st.builds(Call, st.sampled_from(TOOLS), st.integers(0, 3))
 batches = st.builds(
     Batch,
     st.lists(calls, max_size=8).map(tuple),
-    st.none() | st.integers(0, 6),
+    st.sampled_from(("none", "none", "cancel", "deadline")),
+    st.integers(0, 6),
     st.sampled_from(("none", "none", "turn", "pause")),
 )
 workloads = st.builds(
@@ -109,6 +128,7 @@ class World:
     """What the tools saw: the write log and the overlap high-water marks."""
 
     log: list[str] = attrs.Factory(list)
+    asyncio_bodies: int = 0  # running now
     running: dict[str, int] = attrs.Factory(lambda: {"write": 0, "capped": 0})
     most: dict[str, int] = attrs.Factory(lambda: {"write": 0, "capped": 0})
 
@@ -139,8 +159,28 @@ def registry_for(world: World) -> ToolRegistry:
     @toolexec.aio.asyncio_tool
     async def aio_hop(tag: str, hops: int) -> str:
         """Yield to the asyncio loop ``hops`` times, then return the tag."""
-        for _ in range(hops):
-            await asyncio.sleep(0)
+        world.asyncio_bodies += 1
+        try:
+            for _ in range(hops):
+                await asyncio.sleep(0)
+        finally:
+            world.asyncio_bodies -= 1
+        return tag
+
+    @function_tool(side_effects=SideEffects.READ, timeout=STUCK_TIMEOUT)
+    async def stuck(tag: str, hops: int) -> str:
+        """Wait in trio until the timeout."""
+        await trio.sleep_forever()
+
+    @function_tool(side_effects=SideEffects.READ, timeout=STUCK_TIMEOUT)
+    @toolexec.aio.asyncio_tool
+    async def aio_stuck(tag: str, hops: int) -> str:
+        """Wait in asyncio until the timeout."""
+        world.asyncio_bodies += 1
+        try:
+            await asyncio.Event().wait()
+        finally:
+            world.asyncio_bodies -= 1
         return tag
 
     @function_tool(side_effects=SideEffects.READ)
@@ -162,7 +202,7 @@ def registry_for(world: World) -> ToolRegistry:
         raise RuntimeError(f"boom {tag}")
 
     registry = ToolRegistry()
-    for tool in (noop, hop, aio_hop, capped, write, boom):
+    for tool in (noop, hop, aio_hop, capped, write, boom, stuck, aio_stuck):
         registry.register(tool)
     return registry
 
@@ -180,6 +220,9 @@ def check_outcome(outcome: BatchOutcome, sent: list[ToolCall]) -> None:
         if call.name == "boom":
             assert result.is_error
             assert result.error_class is ErrorClass.EXECUTION_ERROR
+        elif call.name in ("stuck", "aio_stuck"):
+            assert result.is_error
+            assert result.error_class is ErrorClass.TIMEOUT, result.text
         else:
             assert not result.is_error, result.text
             assert result.text == call.id
@@ -201,13 +244,8 @@ async def run_client(
         elif batch.gap == "pause":
             await asyncio.sleep(PAUSE)
         sent = tool_calls(client, index, batch)
-        task = asyncio.create_task(ex.execute_batch(sent))
-        if batch.cancel_after is not None:
-            for _ in range(batch.cancel_after):
-                await asyncio.sleep(0)
-            task.cancel()
         try:
-            outcome = await task
+            outcome = await send(ex, sent, batch)
         except RuntimeError as exc:
             message = str(exc)
             assert closing, message
@@ -215,15 +253,34 @@ async def run_client(
             event("a batch met the close")
             done.append((sent, True))
         except asyncio.CancelledError:
-            assert batch.cancel_after is not None  # nobody else cancels
+            assert batch.stop == "cancel"  # nobody else cancels
             event("a batch was cancelled")
             done.append((sent, True))
+        except TimeoutError:
+            assert batch.stop == "deadline"
+            event("a batch hit its asyncio deadline")
+            done.append((sent, True))
         else:
-            if batch.cancel_after is not None:
-                event("a batch ended before its cancel")
+            if batch.stop != "none":
+                event(f"a batch ended before its {batch.stop}")
             check_outcome(outcome, sent)
             done.append((sent, False))
     return done
+
+
+async def send(
+    ex: toolexec.aio.AsyncioExecutor, sent: list[ToolCall], batch: Batch
+) -> BatchOutcome:
+    """Run one batch, cancelled or under a deadline as the batch says."""
+    if batch.stop == "deadline":
+        async with asyncio.timeout(batch.after * TICK):
+            return await ex.execute_batch(sent)
+    task = asyncio.create_task(ex.execute_batch(sent))
+    if batch.stop == "cancel":
+        for _ in range(batch.after):
+            await asyncio.sleep(0)
+        task.cancel()
+    return await task
 
 
 def check_quiet(ex: toolexec.aio.AsyncioExecutor) -> None:
@@ -244,6 +301,7 @@ def check_writes(world: World, finished: list[tuple[list[ToolCall], bool]]) -> N
     assert len(world.log) == len(set(world.log))  # each write at most once
     assert world.most["write"] <= 1
     assert world.most["capped"] <= 1
+    assert world.asyncio_bodies == 0
 
 
 async def run_workload(workload: Workload) -> None:
