@@ -33,7 +33,11 @@ begins, a batch either finishes whole or raises ``RuntimeError``; the
 writes of one batch reach the log in call order, all of them for a
 finished batch and a prefix of them for a cancelled or cut one; two
 ``write`` calls never overlap and two ``capped`` calls never overlap; every
-asyncio tool body has ended; once
+asyncio tool body has ended; every event reached an ``AsyncioSink`` on the
+loop's thread, and each call of a batch that was sent and not cut by the
+close has one end event (the kind its result says), after its start event
+if any;
+once
 every client is done, the executor holds no permit, has no call in flight
 and nobody waits, and the same holds after the close; the bridge closes within the deadline
 (nothing left running in the trio run) and no asyncio task outlives the
@@ -46,6 +50,8 @@ pauses between batches, each a few milliseconds at most.
 from __future__ import annotations
 
 import asyncio
+import collections
+import threading
 from typing import Literal
 
 import attrs
@@ -64,6 +70,7 @@ from toolexec import (
     ToolRegistry,
     function_tool,
 )
+from toolexec.events import CallCompleted, CallFailed, CallStarted, Event
 
 Tool = Literal["noop", "hop", "aio_hop", "capped", "write", "boom", "stuck", "aio_stuck"]
 TOOLS: tuple[Tool, ...] = (
@@ -123,12 +130,26 @@ workloads = st.builds(
 )
 
 
+@attrs.frozen
+class Sent:
+    """A batch as sent, how it ended, and its outcome when it finished whole."""
+
+    calls: list[ToolCall]
+    end: Literal["whole", "cancelled", "closed"]
+    outcome: BatchOutcome | None = None
+
+
 @attrs.define
 class World:
     """What the tools saw: the write log and the overlap high-water marks."""
 
     log: list[str] = attrs.Factory(list)
     asyncio_bodies: int = 0  # running now
+    events: list[tuple[int, Event]] = attrs.Factory(list)  # (thread, event), as delivered
+
+    def deliver(self, event: Event) -> None:
+        self.events.append((threading.get_ident(), event))
+
     running: dict[str, int] = attrs.Factory(lambda: {"write": 0, "capped": 0})
     most: dict[str, int] = attrs.Factory(lambda: {"write": 0, "capped": 0})
 
@@ -230,14 +251,14 @@ def check_outcome(outcome: BatchOutcome, sent: list[ToolCall]) -> None:
 
 async def run_client(
     ex: toolexec.aio.AsyncioExecutor, client: int, plan: tuple[Batch, ...], closing: bool
-) -> list[tuple[list[ToolCall], bool]]:
-    """Run the client's batches; return each one's calls and whether it was cut short.
+) -> list[Sent]:
+    """Run the client's batches; return each one as sent, with how it ended.
 
     A batch is cut short by its cancel, or by the executor's close when
     ``closing``: then it fails with ``RuntimeError``, and the client goes on
     sending (a later batch may still finish whole, or fail the same way).
     """
-    done: list[tuple[list[ToolCall], bool]] = []
+    done: list[Sent] = []
     for index, batch in enumerate(plan):
         if batch.gap == "turn":
             await asyncio.sleep(0)
@@ -251,20 +272,20 @@ async def run_client(
             assert closing, message
             assert "stopped" in message or "closed" in message, message
             event("a batch met the close")
-            done.append((sent, True))
+            done.append(Sent(sent, "closed"))
         except asyncio.CancelledError:
             assert batch.stop == "cancel"  # nobody else cancels
             event("a batch was cancelled")
-            done.append((sent, True))
+            done.append(Sent(sent, "cancelled"))
         except TimeoutError:
             assert batch.stop == "deadline"
             event("a batch hit its asyncio deadline")
-            done.append((sent, True))
+            done.append(Sent(sent, "cancelled"))
         else:
             if batch.stop != "none":
                 event(f"a batch ended before its {batch.stop}")
             check_outcome(outcome, sent)
-            done.append((sent, False))
+            done.append(Sent(sent, "whole", outcome))
     return done
 
 
@@ -290,27 +311,54 @@ def check_quiet(ex: toolexec.aio.AsyncioExecutor) -> None:
         assert (pool.borrowed, pool.waiting) == (0, 0), stats
 
 
-def check_writes(world: World, finished: list[tuple[list[ToolCall], bool]]) -> None:
-    for sent, cancelled in finished:
-        writes = [c.id for c in sent if c.name == "write"]
+def check_writes(world: World, finished: list[Sent]) -> None:
+    for batch in finished:
+        writes = [c.id for c in batch.calls if c.name == "write"]
         logged = [tag for tag in world.log if tag in set(writes)]
-        if cancelled:
-            assert logged == writes[: len(logged)]
-        else:
+        if batch.end == "whole":
             assert logged == writes
+        else:
+            assert logged == writes[: len(logged)]
     assert len(world.log) == len(set(world.log))  # each write at most once
     assert world.most["write"] <= 1
     assert world.most["capped"] <= 1
     assert world.asyncio_bodies == 0
 
 
+def check_events(world: World, finished: list[Sent]) -> None:
+    """Events: on the loop's thread; per call, one start before one end."""
+    assert {thread for thread, _ in world.events} <= {threading.get_ident()}
+    started: dict[str, list[int]] = collections.defaultdict(list)
+    ended: dict[str, list[tuple[int, Event]]] = collections.defaultdict(list)
+    for at, (_, e) in enumerate(world.events):
+        if isinstance(e, CallStarted):
+            started[e.call_id].append(at)
+        elif isinstance(e, (CallCompleted, CallFailed)):
+            ended[e.call_id].append((at, e))
+    for batch in finished:
+        told = any(started[c.id] or ended[c.id] for c in batch.calls)
+        if batch.end == "cancelled" and not told:
+            continue  # cancelled before it was sent
+        for i, call in enumerate(batch.calls):
+            assert len(started[call.id]) <= 1
+            if batch.end == "closed":  # the run may stop before it reports
+                assert len(ended[call.id]) <= 1
+                continue
+            ((at, end),) = ended[call.id]
+            assert all(start < at for start in started[call.id])
+            if batch.outcome is not None:
+                failed = batch.outcome.results[i].is_error
+                assert isinstance(end, CallFailed if failed else CallCompleted)
+
+
 async def run_workload(workload: Workload) -> None:
     world = World()
     config = ConcurrencyConfig(per_tool={"capped": 1})
+    sink = toolexec.aio.AsyncioSink(world.deliver)
     closing = workload.close_after is not None
     async with asyncio.timeout(DEADLINE):
         async with toolexec.aio.open_executor(
-            registry_for(world), mode=workload.mode, config=config
+            registry_for(world), mode=workload.mode, config=config, sinks=[sink]
         ) as ex:
             clients = asyncio.gather(
                 *(run_client(ex, i, plan, closing) for i, plan in enumerate(workload.clients))
@@ -323,7 +371,10 @@ async def run_workload(workload: Workload) -> None:
                     await asyncio.sleep(0)
         results = await clients  # after the close, when closing early
         check_quiet(ex)
-    check_writes(world, [batch for client in results for batch in client])
+    await asyncio.sleep(0)  # the sink's last callbacks, scheduled before the close ended
+    finished = [batch for client in results for batch in client]
+    check_writes(world, finished)
+    check_events(world, finished)
     assert asyncio.all_tasks() == {asyncio.current_task()}
 
 
