@@ -20,39 +20,47 @@ through the I/O-wait thread. A batch's calls are drawn from:
 
 Some batches are cancelled from the asyncio side after a random number of
 loop turns (zero: before the awaiting task even starts), or awaited under
-an ``asyncio.timeout`` of up to 3 ms. Some workloads
-close the executor (leave its ``async with``) after a random number of
-loop turns, while clients still run.
+an ``asyncio.timeout`` of up to 3 ms. Some workloads close the executor
+(leave its ``async with``) after a random number of loop turns, while
+clients still run. In some, every ``write`` first asks an
+``AsyncioApprover``, which answers on the loop after a few turns: yes for
+calls at an even place in their batch, no for the others. Every event goes
+to an ``AsyncioSink``.
 
-The checks, for every example: a batch that was not cancelled returns one
-result per call, in call order, with the call's id and the expected text
-or error class (``timeout`` for the stuck tools); a cancelled batch raises
-``CancelledError``, and one past its asyncio deadline ``TimeoutError`` (or,
-when the cancel came after its end, it returns the full outcome); once the close
-begins, a batch either finishes whole or raises ``RuntimeError``; the
-writes of one batch reach the log in call order, all of them for a
-finished batch and a prefix of them for a cancelled or cut one; two
-``write`` calls never overlap and two ``capped`` calls never overlap; every
-asyncio tool body has ended; every event reached an ``AsyncioSink`` on the
-loop's thread, and each call of a batch that was sent and not cut by the
-close has one end event (the kind its result says), after its start event
-if any;
-once
-every client is done, the executor holds no permit, has no call in flight
-and nobody waits, and the same holds after the close; the bridge closes within the deadline
-(nothing left running in the trio run) and no asyncio task outlives the
-example.
+The checks, for every example:
 
-Real time: asyncio has no mock clock, so nothing here sleeps but the
-pauses between batches, each a few milliseconds at most.
+- a batch that was not cut short returns one result per call, in call
+  order, with the call's id and the expected text or error class
+  (``timeout`` for the stuck tools, ``user_denied`` for a refused write);
+- a cancelled batch raises ``CancelledError`` and one past its asyncio
+  deadline ``TimeoutError``, unless it ended first (then it returns the
+  whole outcome); once the close begins, a batch either finishes whole or
+  raises ``RuntimeError``;
+- the writes of one batch reach the log in call order (approved ones
+  only, when approving): all of them for a finished batch, a prefix of
+  them for a cut one; no write is logged twice;
+- two ``write`` calls never overlap, nor do two ``capped`` calls;
+- every asyncio tool body and every approval has ended;
+- every event reached the sink on the loop's thread; each call of a batch
+  that was sent and not cut by the close has exactly one end event, of the
+  kind its result says, after its start event if it has one;
+- once every client is done, and again after the close, the executor holds
+  no permit, has no call in flight and nobody waits for one;
+- the bridge closes within the deadline (nothing left running in the trio
+  run) and no asyncio task outlives the example.
+
+Real time: asyncio has no mock clock, so the pauses between batches, the
+stuck tools' timeouts and the asyncio deadlines are real, each a few
+milliseconds at most.
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
+import json
 import threading
-from typing import Literal
+from typing import Any, Literal
 
 import attrs
 import trio
@@ -70,6 +78,7 @@ from toolexec import (
     ToolRegistry,
     function_tool,
 )
+from toolexec.approval import ApprovalAnswer, ApprovalConfig, ApprovalRequest
 from toolexec.events import CallCompleted, CallFailed, CallStarted, Event
 
 Tool = Literal["noop", "hop", "aio_hop", "capped", "write", "boom", "stuck", "aio_stuck"]
@@ -110,6 +119,7 @@ class Workload:
     mode: toolexec.aio.Mode
     clients: tuple[tuple[Batch, ...], ...]
     close_after: int | None  # loop turns before closing while clients run
+    approving: bool  # ``write`` calls ask an asyncio approver first
 
 
 calls = st.builds(Call, st.sampled_from(TOOLS), st.integers(0, 3))
@@ -127,7 +137,13 @@ workloads = st.builds(
         tuple
     ),
     st.none() | st.none() | st.integers(0, 4),
+    st.booleans(),
 )
+
+
+def approved(call_id: str) -> bool:
+    """The approver's answer: yes for calls at an even place in their batch."""
+    return int(call_id.rsplit(".", 1)[1]) % 2 == 0
 
 
 @attrs.frozen
@@ -145,10 +161,23 @@ class World:
 
     log: list[str] = attrs.Factory(list)
     asyncio_bodies: int = 0  # running now
+    asking: int = 0  # approvals under way
     events: list[tuple[int, Event]] = attrs.Factory(list)  # (thread, event), as delivered
 
     def deliver(self, event: Event) -> None:
         self.events.append((threading.get_ident(), event))
+
+    async def ask(self, request: ApprovalRequest) -> ApprovalAnswer:
+        """Answer after a few asyncio loop turns, on the loop's thread."""
+        assert threading.current_thread() is threading.main_thread()
+        event("an approval was asked")
+        self.asking += 1
+        try:
+            for _ in range(json.loads(request.arguments)["hops"]):
+                await asyncio.sleep(0)
+        finally:
+            self.asking -= 1
+        return ApprovalAnswer(approved(request.call_id), by="property")
 
     running: dict[str, int] = attrs.Factory(lambda: {"write": 0, "capped": 0})
     most: dict[str, int] = attrs.Factory(lambda: {"write": 0, "capped": 0})
@@ -235,10 +264,13 @@ def tool_calls(client: int, index: int, batch: Batch) -> list[ToolCall]:
     ]
 
 
-def check_outcome(outcome: BatchOutcome, sent: list[ToolCall]) -> None:
+def check_outcome(outcome: BatchOutcome, sent: list[ToolCall], approving: bool) -> None:
     assert [r.call_id for r in outcome.results] == [c.id for c in sent]
     for result, call in zip(outcome.results, sent, strict=True):
-        if call.name == "boom":
+        if call.name == "write" and approving and not approved(call.id):
+            assert result.is_error
+            assert result.error_class is ErrorClass.USER_DENIED, result.text
+        elif call.name == "boom":
             assert result.is_error
             assert result.error_class is ErrorClass.EXECUTION_ERROR
         elif call.name in ("stuck", "aio_stuck"):
@@ -250,12 +282,12 @@ def check_outcome(outcome: BatchOutcome, sent: list[ToolCall]) -> None:
 
 
 async def run_client(
-    ex: toolexec.aio.AsyncioExecutor, client: int, plan: tuple[Batch, ...], closing: bool
+    ex: toolexec.aio.AsyncioExecutor, client: int, plan: tuple[Batch, ...], workload: Workload
 ) -> list[Sent]:
     """Run the client's batches; return each one as sent, with how it ended.
 
     A batch is cut short by its cancel, or by the executor's close when
-    ``closing``: then it fails with ``RuntimeError``, and the client goes on
+    it closes: then it fails with ``RuntimeError``, and the client goes on
     sending (a later batch may still finish whole, or fail the same way).
     """
     done: list[Sent] = []
@@ -269,7 +301,7 @@ async def run_client(
             outcome = await send(ex, sent, batch)
         except RuntimeError as exc:
             message = str(exc)
-            assert closing, message
+            assert workload.close_after is not None, message
             assert "stopped" in message or "closed" in message, message
             event("a batch met the close")
             done.append(Sent(sent, "closed"))
@@ -284,7 +316,7 @@ async def run_client(
         else:
             if batch.stop != "none":
                 event(f"a batch ended before its {batch.stop}")
-            check_outcome(outcome, sent)
+            check_outcome(outcome, sent, workload.approving)
             done.append(Sent(sent, "whole", outcome))
     return done
 
@@ -311,9 +343,11 @@ def check_quiet(ex: toolexec.aio.AsyncioExecutor) -> None:
         assert (pool.borrowed, pool.waiting) == (0, 0), stats
 
 
-def check_writes(world: World, finished: list[Sent]) -> None:
+def check_writes(world: World, finished: list[Sent], approving: bool) -> None:
     for batch in finished:
-        writes = [c.id for c in batch.calls if c.name == "write"]
+        writes = [
+            c.id for c in batch.calls if c.name == "write" and (not approving or approved(c.id))
+        ]
         logged = [tag for tag in world.log if tag in set(writes)]
         if batch.end == "whole":
             assert logged == writes
@@ -323,6 +357,7 @@ def check_writes(world: World, finished: list[Sent]) -> None:
     assert world.most["write"] <= 1
     assert world.most["capped"] <= 1
     assert world.asyncio_bodies == 0
+    assert world.asking == 0
 
 
 def check_events(world: World, finished: list[Sent]) -> None:
@@ -354,14 +389,15 @@ def check_events(world: World, finished: list[Sent]) -> None:
 async def run_workload(workload: Workload) -> None:
     world = World()
     config = ConcurrencyConfig(per_tool={"capped": 1})
-    sink = toolexec.aio.AsyncioSink(world.deliver)
-    closing = workload.close_after is not None
+    options: dict[str, Any] = {"config": config, "sinks": [toolexec.aio.AsyncioSink(world.deliver)]}
+    if workload.approving:
+        options.update(approver=toolexec.aio.AsyncioApprover(world.ask), approval=ApprovalConfig())
     async with asyncio.timeout(DEADLINE):
         async with toolexec.aio.open_executor(
-            registry_for(world), mode=workload.mode, config=config, sinks=[sink]
+            registry_for(world), mode=workload.mode, **options
         ) as ex:
             clients = asyncio.gather(
-                *(run_client(ex, i, plan, closing) for i, plan in enumerate(workload.clients))
+                *(run_client(ex, i, plan, workload) for i, plan in enumerate(workload.clients))
             )
             if workload.close_after is None:
                 await clients
@@ -373,7 +409,7 @@ async def run_workload(workload: Workload) -> None:
         check_quiet(ex)
     await asyncio.sleep(0)  # the sink's last callbacks, scheduled before the close ended
     finished = [batch for client in results for batch in client]
-    check_writes(world, finished)
+    check_writes(world, finished, workload.approving)
     check_events(world, finished)
     assert asyncio.all_tasks() == {asyncio.current_task()}
 
