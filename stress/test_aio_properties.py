@@ -32,6 +32,7 @@ The checks, for every example:
 - a batch that was not cut short returns one result per call, in call
   order, with the call's id and the expected text or error class
   (``timeout`` for the stuck tools, ``user_denied`` for a refused write);
+  each tool saw the context variable its own client set, never another's;
 - a cancelled batch raises ``CancelledError`` and one past its asyncio
   deadline ``TimeoutError``, unless it ended first (then it returns the
   whole outcome); once the close begins, a batch either finishes whole or
@@ -58,6 +59,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextvars
 import json
 import threading
 from typing import Any, Literal
@@ -192,18 +194,28 @@ class World:
             self.running[name] -= 1
 
 
+# Set by each client in its own task; the batches it sends, and their tools
+# (asyncio bodies too), see a copy of that task's context variables.
+CLIENT: contextvars.ContextVar[str] = contextvars.ContextVar("client", default="none")
+
+
+def seen(tag: str) -> str:
+    """The answer of a tool that succeeds: its tag and the client it ran for."""
+    return f"{tag}@{CLIENT.get()}"
+
+
 def registry_for(world: World) -> ToolRegistry:
     @function_tool(side_effects=SideEffects.READ)
     async def noop(tag: str, hops: int) -> str:
         """Return the tag at once."""
-        return tag
+        return seen(tag)
 
     @function_tool(side_effects=SideEffects.READ)
     async def hop(tag: str, hops: int) -> str:
         """Yield to trio ``hops`` times, then return the tag."""
         for _ in range(hops):
             await trio.sleep(0)
-        return tag
+        return seen(tag)
 
     @function_tool(side_effects=SideEffects.READ)
     @toolexec.aio.asyncio_tool
@@ -215,7 +227,7 @@ def registry_for(world: World) -> ToolRegistry:
                 await asyncio.sleep(0)
         finally:
             world.asyncio_bodies -= 1
-        return tag
+        return seen(tag)
 
     @function_tool(side_effects=SideEffects.READ, timeout=STUCK_TIMEOUT)
     async def stuck(tag: str, hops: int) -> str:
@@ -231,20 +243,20 @@ def registry_for(world: World) -> ToolRegistry:
             await asyncio.Event().wait()
         finally:
             world.asyncio_bodies -= 1
-        return tag
+        return seen(tag)
 
     @function_tool(side_effects=SideEffects.READ)
     async def capped(tag: str, hops: int) -> str:
         """Hop under a per-tool cap of one."""
         await world.exclusive("capped", hops)
-        return tag
+        return seen(tag)
 
     @function_tool(side_effects=SideEffects.EXECUTE)
     async def write(tag: str, hops: int) -> str:
         """Hop, then append the tag to the log (no checkpoint after it)."""
         await world.exclusive("write", hops)
         world.log.append(tag)
-        return tag
+        return seen(tag)
 
     @function_tool(side_effects=SideEffects.READ)
     async def boom(tag: str, hops: int) -> str:
@@ -278,7 +290,7 @@ def check_outcome(outcome: BatchOutcome, sent: list[ToolCall], approving: bool) 
             assert result.error_class is ErrorClass.TIMEOUT, result.text
         else:
             assert not result.is_error, result.text
-            assert result.text == call.id
+            assert result.text == f"{call.id}@{call.id.split('.')[0]}"  # its own client's
 
 
 async def run_client(
@@ -290,6 +302,7 @@ async def run_client(
     it closes: then it fails with ``RuntimeError``, and the client goes on
     sending (a later batch may still finish whole, or fail the same way).
     """
+    CLIENT.set(str(client))  # in this client's task only: gather gave it a context of its own
     done: list[Sent] = []
     for index, batch in enumerate(plan):
         if batch.gap == "turn":
