@@ -114,7 +114,7 @@ MODES: tuple[Mode, ...] = ("guest", "thread")
 # short enough that an idle host loop spins for no noticeable time.
 LINGER = 0.0005
 
-CLOSED = "this toolexec.aio executor is closed"
+_CLOSED = "this toolexec.aio executor is closed"
 
 
 class _Host:
@@ -489,7 +489,7 @@ class _Guest:
 
     def _check_open(self) -> None:
         if self.closed is not None or self.token is None:
-            raise RuntimeError(CLOSED) from self.closed
+            raise RuntimeError(_CLOSED) from self.closed
 
     def soon(self, fn: Callable[..., object], *args: Any) -> bool:
         """Have the trio run call ``fn(*args)`` soon; ``False`` if it has ended.
@@ -524,7 +524,7 @@ class _Guest:
             return
         job.context = contextvars.copy_context()
         if not self.soon(self.start, job):
-            raise RuntimeError(CLOSED)
+            raise RuntimeError(_CLOSED)
 
     def cancel(self, job: _Job) -> None:
         if self.token is not None and not self.done.done():
