@@ -16,7 +16,10 @@ through the I/O-wait thread. A batch's calls are drawn from:
 - ``write``: a serial mutator that hops, then appends to a shared log;
 - ``boom``: raises;
 - ``stuck`` and ``aio_stuck``: wait forever, in trio or in an asyncio
-  body, until their tool timeout (3 ms) ends them.
+  body, until their tool timeout (3 ms) ends them;
+- ``served``: asks the innermost of 0 - 2 service contexts (a trio task
+  answering requests), entered through the bridge before the clients start
+  and kept open across their batches, to echo its tag.
 
 Some batches are cancelled from the asyncio side after a random number of
 loop turns (zero: before the awaiting task even starts), or awaited under
@@ -42,6 +45,8 @@ The checks, for every example:
   them for a cut one; no write is logged twice;
 - two ``write`` calls never overlap, nor do two ``capped`` calls;
 - every asyncio tool body and every approval has ended;
+- the service contexts were each entered once and left once, in reverse
+  order, after the batches;
 - every event reached the sink on the loop's thread; each call of a batch
   that was sent and not cut by the close has exactly one end event, of the
   kind its result says, after its start event if it has one;
@@ -59,10 +64,11 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import contextvars
 import json
 import threading
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import attrs
 import trio
@@ -83,8 +89,12 @@ from toolexec import (
 from toolexec.approval import ApprovalAnswer, ApprovalConfig, ApprovalRequest
 from toolexec.events import CallCompleted, CallFailed, CallStarted, Event
 
-Tool = Literal["noop", "hop", "aio_hop", "capped", "write", "boom", "stuck", "aio_stuck"]
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
+
+Tool = Literal["noop", "hop", "aio_hop", "capped", "write", "boom", "stuck", "aio_stuck", "served"]
 TOOLS: tuple[Tool, ...] = (
+    "served",
     "noop",
     "hop",
     "aio_hop",
@@ -122,6 +132,7 @@ class Workload:
     clients: tuple[tuple[Batch, ...], ...]
     close_after: int | None  # loop turns before closing while clients run
     approving: bool  # ``write`` calls ask an asyncio approver first
+    services: int  # service contexts entered through the bridge, one inside the other
 
 
 calls = st.builds(Call, st.sampled_from(TOOLS), st.integers(0, 3))
@@ -140,6 +151,7 @@ workloads = st.builds(
     ),
     st.none() | st.none() | st.integers(0, 4),
     st.booleans(),
+    st.integers(0, 2),
 )
 
 
@@ -165,6 +177,10 @@ class World:
     asyncio_bodies: int = 0  # running now
     asking: int = 0  # approvals under way
     events: list[tuple[int, Event]] = attrs.Factory(list)  # (thread, event), as delivered
+    services: list[trio.MemorySendChannel[tuple[str, trio.MemorySendChannel[str]]]] = attrs.Factory(
+        list
+    )  # the open service contexts' request channels, innermost last
+    context_log: list[str] = attrs.Factory(list)
 
     def deliver(self, event: Event) -> None:
         self.events.append((threading.get_ident(), event))
@@ -204,7 +220,40 @@ def seen(tag: str) -> str:
     return f"{tag}@{CLIENT.get()}"
 
 
+@contextlib.asynccontextmanager
+async def service(world: World, name: str) -> AsyncIterator[None]:
+    """A trio service that lives across batches: a task answering requests."""
+
+    async def serve(
+        requests: trio.MemoryReceiveChannel[tuple[str, trio.MemorySendChannel[str]]],
+    ) -> None:
+        async for tag, reply in requests:
+            await trio.sleep(0)
+            await reply.send(tag)
+
+    world.context_log.append(f"enter {name}")
+    send, receive = trio.open_memory_channel[tuple[str, trio.MemorySendChannel[str]]](0)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(serve, receive)
+        world.services.append(send)
+        try:
+            yield
+        finally:
+            world.services.remove(send)
+            nursery.cancel_scope.cancel()
+            world.context_log.append(f"exit {name}")
+
+
 def registry_for(world: World) -> ToolRegistry:
+    @function_tool(side_effects=SideEffects.READ)
+    async def served(tag: str, hops: int) -> str:
+        """Have the innermost service context echo the tag (or echo it here if none)."""
+        if world.services:
+            reply, replies = trio.open_memory_channel[str](1)
+            await world.services[-1].send((tag, reply))
+            tag = await replies.receive()
+        return seen(tag)
+
     @function_tool(side_effects=SideEffects.READ)
     async def noop(tag: str, hops: int) -> str:
         """Return the tag at once."""
@@ -264,7 +313,7 @@ def registry_for(world: World) -> ToolRegistry:
         raise RuntimeError(f"boom {tag}")
 
     registry = ToolRegistry()
-    for tool in (noop, hop, aio_hop, capped, write, boom, stuck, aio_stuck):
+    for tool in (noop, hop, aio_hop, capped, write, boom, stuck, aio_stuck, served):
         registry.register(tool)
     return registry
 
@@ -409,6 +458,8 @@ async def run_workload(workload: Workload) -> None:
         async with toolexec.aio.open_executor(
             registry_for(world), mode=workload.mode, **options
         ) as ex:
+            for i in range(workload.services):
+                await ex.enter(service(world, f"s{i}"))
             clients = asyncio.gather(
                 *(run_client(ex, i, plan, workload) for i, plan in enumerate(workload.clients))
             )
@@ -424,6 +475,10 @@ async def run_workload(workload: Workload) -> None:
     finished = [batch for client in results for batch in client]
     check_writes(world, finished, workload.approving)
     check_events(world, finished)
+    names = [f"s{i}" for i in range(workload.services)]
+    assert world.context_log == [f"enter {n}" for n in names] + [
+        f"exit {n}" for n in reversed(names)
+    ]
     assert asyncio.all_tasks() == {asyncio.current_task()}
 
 
