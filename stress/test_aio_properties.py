@@ -93,8 +93,7 @@ if TYPE_CHECKING:
     from collections.abc import AsyncIterator
 
 Tool = Literal["noop", "hop", "aio_hop", "capped", "write", "boom", "stuck", "aio_stuck", "served"]
-TOOLS: tuple[Tool, ...] = (
-    "served",
+TOOLS: tuple[Tool, ...] = (  # the first shrinks best: the simplest
     "noop",
     "hop",
     "aio_hop",
@@ -103,6 +102,7 @@ TOOLS: tuple[Tool, ...] = (
     "boom",
     "stuck",
     "aio_stuck",
+    "served",
 )
 Gap = Literal["none", "turn", "pause"]
 Stop = Literal["none", "cancel", "deadline"]
@@ -169,18 +169,22 @@ class Sent:
     outcome: BatchOutcome | None = None
 
 
+# A request to a service context: the tag, and where to send the answer.
+Request = tuple[str, "trio.MemorySendChannel[str]"]
+
+
 @attrs.define
 class World:
-    """What the tools saw: the write log and the overlap high-water marks."""
+    """What the tools, the approver, the sink and the service contexts saw."""
 
-    log: list[str] = attrs.Factory(list)
+    log: list[str] = attrs.Factory(list)  # the writes, in the order they happened
+    running: dict[str, int] = attrs.Factory(lambda: {"write": 0, "capped": 0})
+    most: dict[str, int] = attrs.Factory(lambda: {"write": 0, "capped": 0})  # high-water marks
     asyncio_bodies: int = 0  # running now
     asking: int = 0  # approvals under way
     events: list[tuple[int, Event]] = attrs.Factory(list)  # (thread, event), as delivered
-    services: list[trio.MemorySendChannel[tuple[str, trio.MemorySendChannel[str]]]] = attrs.Factory(
-        list
-    )  # the open service contexts' request channels, innermost last
-    context_log: list[str] = attrs.Factory(list)
+    services: list[trio.MemorySendChannel[Request]] = attrs.Factory(list)  # innermost last
+    context_log: list[str] = attrs.Factory(list)  # service contexts entered and left
 
     def deliver(self, event: Event) -> None:
         self.events.append((threading.get_ident(), event))
@@ -196,9 +200,6 @@ class World:
         finally:
             self.asking -= 1
         return ApprovalAnswer(approved(request.call_id), by="property")
-
-    running: dict[str, int] = attrs.Factory(lambda: {"write": 0, "capped": 0})
-    most: dict[str, int] = attrs.Factory(lambda: {"write": 0, "capped": 0})
 
     async def exclusive(self, name: str, hops: int) -> None:
         self.running[name] += 1
@@ -224,15 +225,13 @@ def seen(tag: str) -> str:
 async def service(world: World, name: str) -> AsyncIterator[None]:
     """A trio service that lives across batches: a task answering requests."""
 
-    async def serve(
-        requests: trio.MemoryReceiveChannel[tuple[str, trio.MemorySendChannel[str]]],
-    ) -> None:
+    async def serve(requests: trio.MemoryReceiveChannel[Request]) -> None:
         async for tag, reply in requests:
             await trio.sleep(0)
             await reply.send(tag)
 
     world.context_log.append(f"enter {name}")
-    send, receive = trio.open_memory_channel[tuple[str, trio.MemorySendChannel[str]]](0)
+    send, receive = trio.open_memory_channel[Request](0)
     async with trio.open_nursery() as nursery:
         nursery.start_soon(serve, receive)
         world.services.append(send)
@@ -245,15 +244,6 @@ async def service(world: World, name: str) -> AsyncIterator[None]:
 
 
 def registry_for(world: World) -> ToolRegistry:
-    @function_tool(side_effects=SideEffects.READ)
-    async def served(tag: str, hops: int) -> str:
-        """Have the innermost service context echo the tag (or echo it here if none)."""
-        if world.services:
-            reply, replies = trio.open_memory_channel[str](1)
-            await world.services[-1].send((tag, reply))
-            tag = await replies.receive()
-        return seen(tag)
-
     @function_tool(side_effects=SideEffects.READ)
     async def noop(tag: str, hops: int) -> str:
         """Return the tag at once."""
@@ -311,6 +301,15 @@ def registry_for(world: World) -> ToolRegistry:
     async def boom(tag: str, hops: int) -> str:
         """Fail."""
         raise RuntimeError(f"boom {tag}")
+
+    @function_tool(side_effects=SideEffects.READ)
+    async def served(tag: str, hops: int) -> str:
+        """Have the innermost service context echo the tag (or echo it here if none)."""
+        if world.services:
+            reply, replies = trio.open_memory_channel[str](1)
+            await world.services[-1].send((tag, reply))
+            tag = await replies.receive()
+        return seen(tag)
 
     registry = ToolRegistry()
     for tool in (noop, hop, aio_hop, capped, write, boom, stuck, aio_stuck, served):
