@@ -24,6 +24,7 @@ from mcp_servers.fixtures import process_gone, sdk_server_entry
 from toolexec import (
     ErrorClass,
     SideEffects,
+    SubAgentTool,
     ToolCall,
     ToolExecutor,
     ToolRegistry,
@@ -35,6 +36,7 @@ from toolexec.aio import AsyncioApprover, AsyncioSink, asyncio_tool
 from toolexec.approval import ApprovalAnswer, ApprovalConfig, ApprovalRequest
 from toolexec.events import CallCompleted, Event
 from toolexec.mcp import MCPConnectionError, open_mcp_server
+from toolexec.testing import ScriptedModel, tool_call
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Coroutine
@@ -550,6 +552,45 @@ def test_a_run_that_ended_before_the_loop_heard_refuses_clearly() -> None:
                 await ex.enter(contextlib.nullcontext())
 
     _run(main())
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_sibling_sub_agents_run_their_loops_through_the_bridge(mode: Mode) -> None:
+    # Each child echoes its task through a tool of the parent's registry, then
+    # answers with what the tool said.
+    def child() -> ScriptedModel:
+        return ScriptedModel(
+            [
+                lambda messages: tool_call("echo_back", {"text": messages[-1].text}),
+                lambda messages: f"child heard {messages[-1].tool_results[0].text}",
+            ]
+        )
+
+    researcher = SubAgentTool(
+        name="researcher", description="Research.", system_prompt="You research.", model=child
+    )
+    seen: list[Event] = []
+
+    async def main() -> toolexec.BatchOutcome:
+        async with toolexec.aio.open_executor(
+            _registry(researcher), mode=mode, sinks=[AsyncioSink(seen.append)]
+        ) as ex:
+            outcome = await ex.execute_batch(
+                [
+                    ToolCall("a", "researcher", {"task": "alpha"}),
+                    ToolCall("b", "researcher", {"task": "beta"}),
+                ]
+            )
+            await asyncio.sleep(0)  # the sink's last callbacks
+            return outcome
+
+    outcome = _run(main())
+    assert _texts(outcome) == ["child heard alpha", "child heard beta"]
+    paths = {r.call_id: r.details["agent_path"] for r in outcome.results}
+    assert sorted(paths.values()) == ["root/researcher#1", "root/researcher#2"]
+    # Each child's own call sits under the parent call that spawned it.
+    echoes = [e for e in seen if isinstance(e, CallCompleted) and e.tool_name == "echo_back"]
+    assert sorted((e.parent_call_id, e.agent_path) for e in echoes) == sorted(paths.items())
 
 
 def test_events_reach_a_plain_sink_in_guest_mode_too() -> None:
