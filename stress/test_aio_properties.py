@@ -19,13 +19,15 @@ through the I/O-wait thread. A batch's calls are drawn from:
   body, until their tool timeout (3 ms) ends them;
 - ``served``: asks the innermost of 0 - 2 service contexts (a trio task
   answering requests), entered through the bridge before the clients start
-  and kept open across their batches, to echo its tag.
+  and kept open across their batches, to echo its tag;
+- ``delegate``: a ``SubAgentTool`` whose child agent (a scripted model)
+  calls ``hop`` once and reports what it answered.
 
 Some batches are cancelled from the asyncio side after a random number of
 loop turns (zero: before the awaiting task even starts), or awaited under
 an ``asyncio.timeout`` of up to 3 ms. Some workloads close the executor
 (leave its ``async with``) after a random number of loop turns, while
-clients still run. In some, every ``write`` first asks an
+clients still run. In some, every ``write`` and ``delegate`` first asks an
 ``AsyncioApprover``, which answers on the loop after a few turns: yes for
 calls at an even place in their batch, no for the others. Every event goes
 to an ``AsyncioSink``.
@@ -34,8 +36,9 @@ The checks, for every example:
 
 - a batch that was not cut short returns one result per call, in call
   order, with the call's id and the expected text or error class
-  (``timeout`` for the stuck tools, ``user_denied`` for a refused write);
-  each tool saw the context variable its own client set, never another's;
+  (``timeout`` for the stuck tools, ``user_denied`` for a refused write
+  or delegation); each tool, a child agent's too, saw the context variable
+  its own client set, never another's;
 - a cancelled batch raises ``CancelledError`` and one past its asyncio
   deadline ``TimeoutError``, unless it ended first (then it returns the
   whole outcome); once the close begins, a batch either finishes whole or
@@ -82,17 +85,21 @@ from toolexec import (
     ConcurrencyConfig,
     ErrorClass,
     SideEffects,
+    SubAgentTool,
     ToolCall,
     ToolRegistry,
     function_tool,
 )
 from toolexec.approval import ApprovalAnswer, ApprovalConfig, ApprovalRequest
 from toolexec.events import CallCompleted, CallFailed, CallStarted, Event
+from toolexec.testing import ScriptedModel, tool_call
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
 
-Tool = Literal["noop", "hop", "aio_hop", "capped", "write", "boom", "stuck", "aio_stuck", "served"]
+Tool = Literal[
+    "noop", "hop", "aio_hop", "capped", "write", "boom", "stuck", "aio_stuck", "served", "delegate"
+]
 TOOLS: tuple[Tool, ...] = (  # the first shrinks best: the simplest
     "noop",
     "hop",
@@ -103,7 +110,9 @@ TOOLS: tuple[Tool, ...] = (  # the first shrinks best: the simplest
     "stuck",
     "aio_stuck",
     "served",
+    "delegate",
 )
+ASKING = ("write", "delegate")  # the tools that need approval, when approving
 Gap = Literal["none", "turn", "pause"]
 Stop = Literal["none", "cancel", "deadline"]
 PAUSE = 0.002  # seconds: past the dispatcher's linger (toolexec.aio.LINGER)
@@ -195,7 +204,7 @@ class World:
         event("an approval was asked")
         self.asking += 1
         try:
-            for _ in range(json.loads(request.arguments)["hops"]):
+            for _ in range(json.loads(request.arguments).get("hops", 1)):
                 await asyncio.sleep(0)
         finally:
             self.asking -= 1
@@ -311,23 +320,43 @@ def registry_for(world: World) -> ToolRegistry:
             tag = await replies.receive()
         return seen(tag)
 
+    def child() -> ScriptedModel:
+        # The child's task is the call's tag: it hops with it once, then
+        # reports what its own call answered.
+        return ScriptedModel(
+            [
+                lambda messages: tool_call("hop", {"tag": messages[-1].text, "hops": 1}),
+                lambda messages: f"child got {messages[-1].tool_results[0].text}",
+            ]
+        )
+
+    delegate = SubAgentTool(
+        name="delegate",
+        description="Hand the tag to a child agent.",
+        system_prompt="You hop.",
+        model=child,
+    )
+
     registry = ToolRegistry()
-    for tool in (noop, hop, aio_hop, capped, write, boom, stuck, aio_stuck, served):
+    for tool in (noop, hop, aio_hop, capped, write, boom, stuck, aio_stuck, served, delegate):
         registry.register(tool)
     return registry
 
 
 def tool_calls(client: int, index: int, batch: Batch) -> list[ToolCall]:
-    return [
-        ToolCall(f"{client}.{index}.{i}", c.tool, {"tag": f"{client}.{index}.{i}", "hops": c.hops})
-        for i, c in enumerate(batch.calls)
-    ]
+    """The batch's calls; each call's id is its tag (a sub-agent's task)."""
+    sent = []
+    for i, c in enumerate(batch.calls):
+        tag = f"{client}.{index}.{i}"
+        arguments = {"task": tag} if c.tool == "delegate" else {"tag": tag, "hops": c.hops}
+        sent.append(ToolCall(tag, c.tool, arguments))
+    return sent
 
 
 def check_outcome(outcome: BatchOutcome, sent: list[ToolCall], approving: bool) -> None:
     assert [r.call_id for r in outcome.results] == [c.id for c in sent]
     for result, call in zip(outcome.results, sent, strict=True):
-        if call.name == "write" and approving and not approved(call.id):
+        if call.name in ASKING and approving and not approved(call.id):
             assert result.is_error
             assert result.error_class is ErrorClass.USER_DENIED, result.text
         elif call.name == "boom":
@@ -336,6 +365,9 @@ def check_outcome(outcome: BatchOutcome, sent: list[ToolCall], approving: bool) 
         elif call.name in ("stuck", "aio_stuck"):
             assert result.is_error
             assert result.error_class is ErrorClass.TIMEOUT, result.text
+        elif call.name == "delegate":  # the child's own call saw the client too
+            assert not result.is_error, result.text
+            assert result.text == f"child got {call.id}@{call.id.split('.')[0]}"
         else:
             assert not result.is_error, result.text
             assert result.text == f"{call.id}@{call.id.split('.')[0]}"  # its own client's
