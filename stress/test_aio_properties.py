@@ -21,7 +21,8 @@ through the I/O-wait thread. A batch's calls are drawn from:
   answering requests), entered through the bridge before the clients start
   and kept open across their batches, to echo its tag;
 - ``delegate``: a ``SubAgentTool`` whose child agent (a scripted model)
-  calls ``hop`` once and reports what it answered.
+  calls ``hop`` once, or delegates once more to a grandchild that does,
+  and reports what its call answered.
 
 Some batches are cancelled from the asyncio side after a random number of
 loop turns (zero: before the awaiting task even starts), or awaited under
@@ -165,8 +166,12 @@ workloads = st.builds(
 
 
 def approved(call_id: str) -> bool:
-    """The approver's answer: yes for calls at an even place in their batch."""
-    return int(call_id.rsplit(".", 1)[1]) % 2 == 0
+    """The approver's answer: yes for calls at an even place in their batch.
+
+    A child agent's calls (ids the scripted model made) are always approved.
+    """
+    client, _, place = call_id.rpartition(".")
+    return not client or int(place) % 2 == 0
 
 
 @attrs.frozen
@@ -320,14 +325,17 @@ def registry_for(world: World) -> ToolRegistry:
             tag = await replies.receive()
         return seen(tag)
 
+    def first_step(messages: Any) -> ToolCall:
+        # The task is the tag, with one ">" per level still to go down: the
+        # child hands the rest to a grandchild, or hops with the tag.
+        task: str = messages[-1].text
+        if task.endswith(">"):
+            return tool_call("delegate", {"task": task[:-1]})
+        return tool_call("hop", {"tag": task, "hops": 1})
+
     def child() -> ScriptedModel:
-        # The child's task is the call's tag: it hops with it once, then
-        # reports what its own call answered.
         return ScriptedModel(
-            [
-                lambda messages: tool_call("hop", {"tag": messages[-1].text, "hops": 1}),
-                lambda messages: f"child got {messages[-1].tool_results[0].text}",
-            ]
+            [first_step, lambda messages: f"child got {messages[-1].tool_results[0].text}"]
         )
 
     delegate = SubAgentTool(
@@ -348,7 +356,10 @@ def tool_calls(client: int, index: int, batch: Batch) -> list[ToolCall]:
     sent = []
     for i, c in enumerate(batch.calls):
         tag = f"{client}.{index}.{i}"
-        arguments = {"task": tag} if c.tool == "delegate" else {"tag": tag, "hops": c.hops}
+        if c.tool == "delegate":  # an odd ``hops`` goes one level deeper
+            arguments: dict[str, Any] = {"task": tag + ">" * (c.hops % 2)}
+        else:
+            arguments = {"tag": tag, "hops": c.hops}
         sent.append(ToolCall(tag, c.tool, arguments))
     return sent
 
@@ -365,9 +376,12 @@ def check_outcome(outcome: BatchOutcome, sent: list[ToolCall], approving: bool) 
         elif call.name in ("stuck", "aio_stuck"):
             assert result.is_error
             assert result.error_class is ErrorClass.TIMEOUT, result.text
-        elif call.name == "delegate":  # the child's own call saw the client too
+        elif call.name == "delegate":  # the deepest child's call saw the client too
             assert not result.is_error, result.text
-            assert result.text == f"child got {call.id}@{call.id.split('.')[0]}"
+            levels = 1 + str(call.arguments).count(">")
+            event(f"a delegation ended, {levels} level(s) down")
+            answer = f"{call.id}@{call.id.split('.')[0]}"
+            assert result.text == "child got " * levels + answer
         else:
             assert not result.is_error, result.text
             assert result.text == f"{call.id}@{call.id.split('.')[0]}"  # its own client's
