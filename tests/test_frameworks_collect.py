@@ -93,3 +93,47 @@ def test_a_closed_executor_fails_every_caller() -> None:
 
     errors = asyncio.run(main())
     assert all(isinstance(e, RuntimeError) and "closed" in str(e) for e in errors)
+
+
+def test_a_caller_cancelled_before_the_flush_is_left_out_of_its_siblings_batch() -> None:
+    ran: list[str] = []
+    registry = _registry()
+
+    @function_tool(side_effects=SideEffects.NONE)
+    def note(text: str) -> str:
+        """Record that the call ran."""
+        ran.append(text)
+        return text
+
+    registry.register(note)
+
+    async def main() -> tuple[str, int]:
+        async with toolexec.aio.open_executor(registry) as executor:
+            collector = Collector(executor)
+            calls = [ToolCall(str(i), "note", {"text": t}) for i, t in enumerate(["left", "stays"])]
+            left, stays = (asyncio.create_task(collector.run_call(c)) for c in calls)
+            await asyncio.sleep(0)  # both calls are parked; the flush has not run them yet
+            left.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await left
+            return (await stays).text, collector.batches
+
+    assert asyncio.run(main()) == ("stays", 1)
+    assert ran == ["stays"]  # the call whose caller left never ran
+
+
+def test_a_caller_arriving_as_the_last_one_leaves_still_gets_its_result() -> None:
+    async def main() -> str:
+        async with toolexec.aio.open_executor(_registry()) as executor:
+            collector = Collector(executor)
+            first = asyncio.create_task(collector.run_call(ToolCall("1", "wait", {})))
+            await asyncio.sleep(0)  # parked; the flush task is scheduled
+            first.cancel()  # the group's only caller leaves: its flush is cancelled ...
+            second = asyncio.create_task(collector.run_call(ToolCall("2", "echo", {"text": "x"})))
+            # ... and a caller arriving in the same loop turn must not join the dying group
+            with pytest.raises(asyncio.CancelledError):
+                await first
+            async with asyncio.timeout(30):  # a guard against a hang, not a timing
+                return (await second).text
+
+    assert asyncio.run(main()) == "x"

@@ -11,10 +11,12 @@ in the same loop turn, so the turn's calls land in one batch, in the order
 the framework started them. A call arriving after the flush goes into the
 next batch (still correct, only not ordered with the earlier ones).
 
-Cancellation: a caller cancelled while its batch runs leaves the batch
-running for the others; when every caller of a batch is gone, the batch
-itself is cancelled (through the bridge: no trio task or child process is
-left) before the last caller's ``CancelledError`` propagates.
+Cancellation: a caller cancelled before its batch starts takes its call out
+of the batch, so the call never runs. A caller cancelled while its batch
+runs leaves the batch running for the others; when every caller of a batch
+is gone, the batch itself is cancelled (through the bridge: no trio task or
+child process is left) before the last caller's ``CancelledError``
+propagates. A group whose flush is being cancelled takes no new caller.
 """
 
 from __future__ import annotations
@@ -33,12 +35,13 @@ __all__ = ["Collector"]
 class _Group:
     """The calls of one flush: their futures, and the task running their batch."""
 
-    __slots__ = ("calls", "futures", "task", "waiting")
+    __slots__ = ("calls", "futures", "started", "task", "waiting")
 
     def __init__(self) -> None:
         self.calls: list[ToolCall] = []
         self.futures: list[asyncio.Future[ToolResult]] = []
         self.task: asyncio.Task[None] | None = None
+        self.started = False  # the batch was handed to the executor
         self.waiting = 0
 
 
@@ -66,7 +69,12 @@ class Collector:
             return await asyncio.shield(future)
         except asyncio.CancelledError:
             group.waiting -= 1
+            if not group.started:  # not handed over yet: the call never runs
+                i = group.futures.index(future)
+                del group.calls[i], group.futures[i]
             if group.waiting == 0 and group.task is not None:
+                if self._open is group:  # a caller arriving now starts a new group
+                    self._open = None
                 group.task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await _uncancellable(group.task)
@@ -81,6 +89,7 @@ class Collector:
         finally:  # later calls start a new group, also if this one was cancelled
             if self._open is group:
                 self._open = None
+        group.started = True
         self.batches += 1
         try:
             outcome = await self.executor.execute_batch(group.calls)
