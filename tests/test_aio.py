@@ -8,6 +8,7 @@ futures, never from sleeps.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 from typing import TYPE_CHECKING
 
@@ -323,3 +324,49 @@ def test_two_threads_runs_racing_into_one_executor_let_exactly_one_in() -> None:
         assert len(errors) == 1
         assert "use one executor per trio run, or toolexec.aio" in str(errors[0])
         assert [_texts(r) for r in results] == [["held"]]
+
+
+@pytest.mark.parametrize("mode", ["guest", "thread"])
+def test_a_batch_from_another_asyncio_loop_is_refused_and_never_runs(
+    mode: toolexec.aio.Mode,
+) -> None:
+    ran: list[str] = []
+
+    @function_tool(side_effects=SideEffects.NONE)
+    def note(text: str) -> str:
+        """Record that the call ran."""
+        ran.append(text)
+        return text
+
+    registry = ToolRegistry()
+    registry.register(note)
+    opened, done = threading.Event(), threading.Event()
+    holder: list[toolexec.aio.AsyncioExecutor] = []
+
+    async def host() -> None:  # the loop that opens the executor, in a thread of its own
+        async with toolexec.aio.open_executor(registry, mode=mode) as executor:
+            holder.append(executor)
+            opened.set()
+            while not done.is_set():
+                await asyncio.sleep(0.001)
+            # The executor still works from its own loop.
+            outcome = await executor.execute_batch([ToolCall("own", "note", {"text": "own"})])
+            assert _texts(outcome) == ["own"]
+
+    thread = threading.Thread(target=asyncio.run, args=(host(),))
+    thread.start()
+    try:
+        assert opened.wait(timeout=30)
+        executor = holder[0]
+
+        async def elsewhere() -> None:
+            with pytest.raises(RuntimeError, match=r"asyncio loop that opened it.*run_coroutine"):
+                await executor.execute_batch([ToolCall("1", "note", {"text": "stray"})])
+            with pytest.raises(RuntimeError, match=r"asyncio loop that opened it"):
+                await executor.enter(contextlib.nullcontext())
+
+        asyncio.run(elsewhere())
+    finally:
+        done.set()
+        thread.join()
+    assert ran == ["own"]

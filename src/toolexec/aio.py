@@ -125,6 +125,20 @@ class _Host:
         self.threaded = threaded
         self.token: trio.lowlevel.TrioToken | None = None
 
+    def check_loop(self, what: str) -> None:
+        """From the asyncio side: refuse a caller on another loop (or outside any)."""
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is not self.loop:
+            raise RuntimeError(
+                f"{what} was called from {'another' if running else 'no'} asyncio loop; the"
+                " executor belongs to the asyncio loop that opened it (open_executor). Call"
+                " it from a task on that loop; from another thread, submit the coroutine"
+                " to that loop with asyncio.run_coroutine_threadsafe(...)"
+            )
+
     def call(self, fn: Callable[..., object], *args: Any) -> None:
         """From the trio side: run ``fn(*args)`` on the loop's thread."""
         if self.threaded:
@@ -593,9 +607,12 @@ class AsyncioExecutor:
                 out). The trio batch was cancelled and has finished: its
                 unfinished calls got ``cancelled`` results, no task or child
                 process is left. The outcome is dropped.
-            RuntimeError: the executor is closed, or its trio run stopped.
+            RuntimeError: the executor is closed, or its trio run stopped; or
+                this task runs on another asyncio loop than the one that
+                opened the executor (nothing runs).
         """
         guest = self._guest
+        guest.host.check_loop("execute_batch")
         job = _Job(calls, guest.host.loop.create_future())
         guest.submit(job)
         guest.jobs.add(job)
@@ -636,10 +653,13 @@ class AsyncioExecutor:
             Exception: whatever entering raised (the context is not kept).
             asyncio.CancelledError: the awaiting task was cancelled; entering
                 was cancelled and has finished.
-            RuntimeError: the executor is closed. An error raised while
-                *leaving* a context is raised by the ``async with`` instead.
+            RuntimeError: the executor is closed, or this task runs on
+                another asyncio loop than the one that opened it. An error
+                raised while *leaving* a context is raised by the
+                ``async with`` instead.
         """
         guest = self._guest
+        guest.host.check_loop("enter")
         held = _Context(cm, guest.host.loop.create_future())
         guest.add_context(held)
         try:
