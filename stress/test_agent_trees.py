@@ -25,7 +25,9 @@ no wall time. The checks:
   concurrent-mutator width *per agent*, and sub-agent calls within their
   per-tool cap per agent;
 - every event of a child happens while one of its parent's sub-agent calls
-  is running (events are causally nested).
+  is running (events are causally nested), and names that call and its
+  batch as its parent (``parent_call_id``, ``parent_batch_id``); the root's
+  events name none.
 """
 
 from __future__ import annotations
@@ -176,6 +178,7 @@ class Watch:
     errors: dict[str, ErrorClass] = attrs.field(factory=dict)
     live_subs: Counter[str] = attrs.field(factory=Counter)
     orphans: list[Event] = attrs.field(factory=list)
+    events: list[Event] = attrs.field(factory=list)
 
     def enter(self, key: str) -> None:
         self.running[key] += 1
@@ -185,6 +188,7 @@ class Watch:
         self.running[key] -= 1
 
     def on_event(self, event: Event) -> None:
+        self.events.append(event)
         path = event.agent_path
         if "/" in path and self.live_subs[path.rsplit("/", 1)[0]] == 0:
             self.orphans.append(event)
@@ -277,8 +281,29 @@ def test_random_trees_finish_and_keep_their_promises(case: Case) -> None:
     assert max(subs, default=0) <= config.per_tool["sub"]
     assert all(v == 0 for v in watch.running.values())
 
-    # A child's events all happen inside one of its parent's sub-agent calls.
+    # A child's events all happen inside one of its parent's sub-agent calls,
+    # and each names that call and its batch as its parent.
     assert watch.orphans == []
+    check_parent_links(case, watch.events)
+
+
+def check_parent_links(case: Case, events: list[Event]) -> None:
+    """Every event names the call (and batch) that spawned its agent; the root's name none."""
+    spawner = {c.child: c.id for c in case.calls if c.child is not None}
+    node_of_batch: dict[str, str] = {}
+    batch_of_call: dict[str, str] = {}
+    for event in events:
+        if isinstance(event, CallStarted | CallCompleted | CallFailed):
+            node_of_batch[event.batch_id] = event.call_id.split(".")[0]
+            batch_of_call[event.call_id] = event.batch_id
+    for event in events:
+        node = node_of_batch.get(event.batch_id)
+        if node is None:  # a batch none of whose calls started (not in these trees)
+            continue
+        parent_call = spawner.get(node)
+        assert event.parent_call_id == parent_call, (node, event)
+        expected_batch = None if parent_call is None else batch_of_call[parent_call]
+        assert event.parent_batch_id == expected_batch, (node, event)
 
 
 def test_a_wide_deep_tree_at_width_one_finishes() -> None:
