@@ -27,7 +27,10 @@ no wall time. The checks:
 - every event of a child happens while one of its parent's sub-agent calls
   is running (events are causally nested), and names that call and its
   batch as its parent (``parent_call_id``, ``parent_batch_id``); the root's
-  events name none.
+  events name none;
+- traced through ``OTelSink``, every call has one span, and the nearest call
+  span above it is the one of the call that spawned its agent (none for the
+  root's calls).
 """
 
 from __future__ import annotations
@@ -41,6 +44,9 @@ import trio
 import trio.testing
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from stress.conftest import stress_profile
 from toolexec import (
@@ -61,8 +67,16 @@ from toolexec import (
     TreeLimits,
     function_tool,
 )
-from toolexec.events import CallbackSink, CallCompleted, CallFailed, CallStarted, Event
+from toolexec.events import (
+    CallbackSink,
+    CallCompleted,
+    CallFailed,
+    CallStarted,
+    Event,
+    EventSink,
+)
 from toolexec.models import ModelResponse
+from toolexec.otel import OTelSink
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -242,13 +256,13 @@ def make_registry(case: Case, watch: Watch) -> ToolRegistry:
     return registry
 
 
-async def run_case(case: Case) -> tuple[Any, Watch]:
+async def run_case(case: Case, *sinks: EventSink) -> tuple[Any, Watch]:
     watch = Watch()
     executor = ToolExecutor(
         make_registry(case, watch),
         config=case.config,
         strategy=case.strategy,
-        sinks=[CallbackSink(watch.on_event)],
+        sinks=[CallbackSink(watch.on_event), *sinks],
         services=[AgentTree(TreeLimits(MAX_DEPTH, MAX_FAN_OUT, max_agents=1000))],
     )
     with trio.fail_after(10.0**7):  # a deadlock ends here, as TooSlowError
@@ -304,6 +318,51 @@ def check_parent_links(case: Case, events: list[Event]) -> None:
         assert event.parent_call_id == parent_call, (node, event)
         expected_batch = None if parent_call is None else batch_of_call[parent_call]
         assert event.parent_batch_id == expected_batch, (node, event)
+
+
+@settings(settings.get_profile(stress_profile()))
+@given(cases())
+def test_random_trees_trace_as_their_call_tree(case: Case) -> None:
+    """With ``OTelSink``: each call's span sits under the span of the call that
+    spawned its agent (through its run's and batch's spans), never a sibling's."""
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    try:
+        sink = OTelSink(provider.get_tracer("stress"))
+        result, _ = trio.run(
+            run_case, case, sink, clock=trio.testing.MockClock(autojump_threshold=0)
+        )
+        spans = exporter.get_finished_spans()
+    finally:
+        provider.shutdown()
+    assert result.finished
+    by_id = {span.context.span_id: span for span in spans if span.context is not None}
+    call_span: dict[str, int] = {}
+    for span in spans:
+        if span.name.startswith("execute_tool ") and span.context is not None:
+            assert span.attributes is not None
+            call_id = str(span.attributes["gen_ai.tool.call.id"])
+            assert call_id not in call_span, f"two spans for {call_id}"
+            call_span[call_id] = span.context.span_id
+    assert set(call_span) == {c.id for c in case.calls}
+    spawner = {c.child: c.id for c in case.calls if c.child is not None}
+
+    def enclosing_call(span_id: int) -> int | None:
+        """The nearest ``execute_tool`` span above this one, if any."""
+        parent = by_id[span_id].parent
+        while parent is not None:
+            above = by_id[parent.span_id]
+            if above.name.startswith("execute_tool "):
+                return parent.span_id
+            parent = above.parent
+        return None
+
+    for call_id, span_id in call_span.items():
+        spawned_by = spawner.get(call_id.split(".")[0])
+        expected = None if spawned_by is None else call_span[spawned_by]
+        assert enclosing_call(span_id) == expected, (call_id, spawned_by)
+    assert all(span.end_time is not None for span in spans)
 
 
 def test_a_wide_deep_tree_at_width_one_finishes() -> None:
