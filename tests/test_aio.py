@@ -370,3 +370,24 @@ def test_a_batch_from_another_asyncio_loop_is_refused_and_never_runs(
         done.set()
         thread.join()
     assert ran == ["own"]
+
+
+@pytest.mark.parametrize("mode", ["guest", "thread"])
+def test_a_batch_of_dicts_is_a_type_error_and_the_executor_goes_on(
+    mode: toolexec.aio.Mode,
+) -> None:
+    @function_tool(side_effects=SideEffects.NONE)
+    def echo(text: str) -> str:
+        """Echo."""
+        return text
+
+    registry = ToolRegistry()
+    registry.register(echo)
+
+    async def main() -> list[str]:
+        async with toolexec.aio.open_executor(registry, mode=mode) as executor:
+            with pytest.raises(TypeError, match="item 0 is a dict"):
+                await executor.execute_batch([{"id": "1", "name": "echo"}])  # type: ignore[list-item]
+            return _texts(await executor.execute_batch([ToolCall("1", "echo", {"text": "on"})]))
+
+    assert asyncio.run(main()) == ["on"]

@@ -495,3 +495,25 @@ async def test_enclosing_cancellation_still_reports_every_unfinished_call(
     assert failed == {"s": ErrorClass.CANCELLED, "w": ErrorClass.CANCELLED}
     assert isinstance(events[-1], BatchFinished)
     assert events[-1].cancelled
+
+
+@pytest.mark.parametrize(
+    ("calls", "said"),
+    [
+        ([{"id": "1", "name": "read"}], r"item 0 is a dict \(\{'id': '1'"),
+        ([read("r"), ("2", "read", {})], "item 1 is a tuple"),
+        (read("r"), "got one ToolCall: put it in a list, or use execute_call"),
+        ("read", "got a str"),
+        ({"id": "1"}, "got a dict"),
+    ],
+)
+async def test_a_batch_of_anything_but_tool_calls_is_a_clear_type_error(
+    recorder: Recorder, calls: Any, said: str
+) -> None:
+    executor = ToolExecutor(make_registry(recorder))
+    with pytest.raises(TypeError, match=said):
+        await executor.execute_batch(calls)
+    with pytest.raises(TypeError, match="execute_call takes a ToolCall, got dict"):
+        await executor.execute_call({"id": "1"})  # type: ignore[arg-type]
+    assert_idle(executor)
+    assert recorder.log == []  # nothing ran

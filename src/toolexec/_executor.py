@@ -23,6 +23,7 @@ An executor never changes after it is built: a sub-agent's is a fork
 from __future__ import annotations
 
 import itertools
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import attrs
@@ -40,15 +41,15 @@ from ._policy import AllowAll, ToolPolicy
 from ._registry import ToolRegistry
 from ._resources import keyed_cut
 from ._tool import Services
-from ._types import RoutingClass
+from ._types import RoutingClass, ToolCall
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+    from collections.abc import Callable, Iterable, Iterator, Sequence
 
     from ._approval import Approver
     from ._events import EventSink
     from ._hooks import CallHook
-    from ._types import PathResolver, ToolCall, ToolResult
+    from ._types import PathResolver, ToolResult
 
 __all__ = ["ToolExecutor"]
 
@@ -254,8 +255,17 @@ class ToolExecutor:
     # -- public API -------------------------------------------------------
 
     def prepare(self, calls: Sequence[ToolCall]) -> Batch:
-        """Route and plan a batch without running it (see ``Batch.plan``)."""
+        """Route and plan a batch without running it (see ``Batch.plan``).
+
+        Raises:
+            TypeError: ``calls`` is not a sequence of ``ToolCall``.
+        """
+        if isinstance(calls, ToolCall | str | Mapping):
+            raise _not_calls(calls)
         slots = [CallSlot(i, call) for i, call in enumerate(calls)]
+        for slot in slots:  # all of them before planning any: a refused batch asks no policy
+            if not isinstance(slot.call, ToolCall):
+                raise _not_calls(slot.call, slot.index)
         plan_call = self._planner.plan_call
         for slot in slots:
             plan_call(slot)
@@ -329,7 +339,11 @@ class ToolExecutor:
     async def execute_batch(
         self, calls: Sequence[ToolCall], *, steering: Steering | None = None
     ) -> BatchOutcome:
-        """Run a batch to completion; return one result per call, in call order."""
+        """Run a batch to completion; return one result per call, in call order.
+
+        Raises:
+            TypeError: ``calls`` is not a sequence of ``ToolCall``.
+        """
         return await self.prepare(calls).run(steering=steering)
 
     async def execute_call(self, call: ToolCall) -> ToolResult:
@@ -341,6 +355,11 @@ class ToolExecutor:
         time, or one whose tool cannot block (no ``await``) with a permit
         free, is answered without building a batch, its plan or its outcome.
         """
+        if not isinstance(call, ToolCall):
+            raise TypeError(
+                f"execute_call takes a ToolCall, got {type(call).__name__} ({call!r:.80}); "
+                "toolexec.formats parses a provider's calls into ToolCall objects"
+            )
         slot = CallSlot(0, call)
         self._planner.plan_call(slot)
         rt = self._runtime
@@ -398,3 +417,20 @@ class ToolExecutor:
     def statistics(self) -> ExecutorStatistics:
         """A snapshot of this executor's limiters and calls in flight."""
         return self.pools.statistics(self._runtime.in_flight)
+
+
+def _not_calls(value: object, index: int | None = None) -> TypeError:
+    """What is wrong with the calls handed to ``prepare`` or ``execute_batch``:
+    the whole ``value``, or (``index`` given) the item ``value`` at ``index``."""
+    fix = "toolexec.formats parses a provider's calls into ToolCall objects"
+    if index is not None:
+        return TypeError(
+            f"a batch takes a sequence of ToolCall; item {index} is a {type(value).__name__}"
+            f" ({value!r:.80}); {fix}"
+        )
+    if isinstance(value, ToolCall):
+        return TypeError(
+            "a batch takes a sequence of ToolCall, got one ToolCall: put it in a list, "
+            "or use execute_call"
+        )
+    return TypeError(f"a batch takes a sequence of ToolCall, got a {type(value).__name__}; {fix}")
