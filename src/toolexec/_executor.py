@@ -354,6 +354,9 @@ class ToolExecutor:
         the executor (no sinks, hooks or steering), a call answered at plan
         time, or one whose tool cannot block (no ``await``) with a permit
         free, is answered without building a batch, its plan or its outcome.
+
+        Raises:
+            TypeError: ``call`` is not a ``ToolCall``.
         """
         if not isinstance(call, ToolCall):
             raise TypeError(
