@@ -391,3 +391,28 @@ def test_a_batch_of_dicts_is_a_type_error_and_the_executor_goes_on(
             return _texts(await executor.execute_batch([ToolCall("1", "echo", {"text": "on"})]))
 
     assert asyncio.run(main()) == ["on"]
+
+
+def test_a_second_guest_executor_on_one_loop_is_refused_naming_the_fix() -> None:
+    registry = ToolRegistry()
+
+    @function_tool(side_effects=SideEffects.NONE)
+    def echo(text: str) -> str:
+        """Echo."""
+        return text
+
+    registry.register(echo)
+
+    async def main() -> list[str]:
+        async with toolexec.aio.open_executor(registry) as first:
+            with pytest.raises(RuntimeError, match=r"one run per thread.*mode='thread'"):
+                async with toolexec.aio.open_executor(registry):
+                    pass
+            async with toolexec.aio.open_executor(registry, mode="thread") as second:
+                outcomes = await asyncio.gather(
+                    first.execute_batch([ToolCall("1", "echo", {"text": "guest"})]),
+                    second.execute_batch([ToolCall("1", "echo", {"text": "thread"})]),
+                )
+            return [t for outcome in outcomes for t in _texts(outcome)]
+
+    assert asyncio.run(main()) == ["guest", "thread"]

@@ -731,10 +731,19 @@ async def open_executor(
 
     Raises:
         ValueError: ``mode`` is not ``"guest"`` or ``"thread"``.
+        RuntimeError: guest mode, while a trio run is active on this thread
+            (another guest-mode executor open on the same loop).
         BaseException: whatever ended the trio run with an error (on entry,
             if ``ToolExecutor`` refused the arguments; else on exit).
     """
     guest = _Guest(asyncio.get_running_loop(), _check_mode(mode))
+    if not guest.host.threaded and trio.lowlevel.in_trio_run():
+        raise RuntimeError(
+            "a trio run is already active on this thread (another guest-mode executor "
+            "open on this loop, or a trio host): trio runs one run per thread. Share "
+            "that executor (batches from every task may), or open this one with "
+            "mode='thread'"
+        )
     if guest.host.threaded:
         _start_thread(guest, registry, executor_kwargs)
     else:
