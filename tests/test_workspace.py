@@ -623,3 +623,42 @@ def test_names_are_shown_on_one_line_and_in_their_own_order() -> None:
     assert show("a\nb\rc\td\x1b[31m") == "'a\\nb\\rc\\td\\x1b[31m'"
     assert show("evil\u202etxt.exe\u2028x") == "'evil\\u202etxt.exe\\u2028x'"
     assert show("caf\udce9") == "'caf\\xe9'"  # an undecodable byte
+
+
+def test_a_write_the_os_cuts_short_keeps_the_old_file_and_leaves_no_temp(tmp_path: Path) -> None:
+    # A process whose file-size limit is 1 KiB (SIGXFSZ ignored, so write()
+    # fails with EFBIG, as it would with ENOSPC on a full disk) replaces a
+    # file with 64 KiB: the write fails cleanly, the old content stays, and
+    # the temporary file it was writing is gone.
+    (tmp_path / "keep.txt").write_bytes(b"old content")
+    script = (
+        "import resource, signal, sys, trio\n"
+        "from toolexec import Workspace, WorkspaceError\n"
+        "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"
+        "resource.setrlimit(resource.RLIMIT_FSIZE, (1024, 1024))\n"
+        "async def main():\n"
+        "    ws = Workspace(sys.argv[1])\n"
+        "    for path in ('keep.txt', 'new.txt'):\n"
+        "        try:\n"
+        "            await ws.write_bytes(path, b'x' * 65536)\n"
+        "        except WorkspaceError as exc:\n"
+        "            print(path, exc.error_class.value, exc)\n"
+        "trio.run(main)\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PYTHONPATH": str(SRC)},
+    )
+    lines = result.stdout.splitlines()
+    assert [line.split()[:2] for line in lines] == [
+        ["keep.txt", "execution_error"],
+        ["new.txt", "execution_error"],
+    ], result.stdout + result.stderr
+    assert all(
+        "could not be written: it would pass the largest file size" in line for line in lines
+    )
+    assert (tmp_path / "keep.txt").read_bytes() == b"old content"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["keep.txt"]

@@ -121,6 +121,20 @@ _ERRNO_KINDS = {
         WorkspaceErrorKind.CHANGED,
         "was replaced by a symbolic link during the operation.",
     ),
+    errno.EROFS: (WorkspaceErrorKind.PERMISSION, "is on a read-only file system."),
+    errno.ENOSPC: (
+        WorkspaceErrorKind.OS_ERROR,
+        "could not be written: no space is left on the file system.",
+    ),
+    errno.EDQUOT: (
+        WorkspaceErrorKind.OS_ERROR,
+        "could not be written: the disk quota is used up.",
+    ),
+    errno.EFBIG: (
+        WorkspaceErrorKind.OS_ERROR,
+        "could not be written: it would pass the largest file size allowed"
+        " (the file system's, or the process's file-size limit).",
+    ),
 }
 _ERRNO_KINDS[errno.EPERM] = _ERRNO_KINDS[errno.EACCES]
 
