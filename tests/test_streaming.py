@@ -229,3 +229,30 @@ async def test_cancelling_a_streamed_batch_answers_every_call_added(
     assert [run.call_ids for run in outcome.plan.runs] == [("1",), ("2",)]
     with pytest.raises(RuntimeError, match="closed or has finished"):
         batch.add(ToolCall("3", "get", {"key": "a"}))
+
+
+async def test_add_or_close_from_another_thread_is_refused_and_the_batch_goes_on(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    executor = ToolExecutor(_store_registry({"a": 1}, []))
+    batch = executor.open_batch()
+    refused: list[str] = []
+
+    def feeder() -> None:  # a worker thread, as a blocking SDK's stream reader would be
+        try:
+            batch.add(ToolCall("1", "get", {"key": "a"}))
+        except RuntimeError as exc:
+            refused.append(str(exc))
+        try:
+            batch.close()
+        except RuntimeError as exc:
+            refused.append(str(exc))
+        trio.from_thread.run_sync(batch.add, ToolCall("2", "get", {"key": "a"}))
+        trio.from_thread.run_sync(batch.close)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(trio.to_thread.run_sync, feeder)
+        outcome = await batch.run()
+    assert [r.text for r in outcome.results] == ["a=1"]  # only the call added in the run
+    assert len(refused) == 2
+    assert all("outside the trio run" in text and "trio.from_thread" in text for text in refused)

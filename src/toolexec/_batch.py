@@ -118,11 +118,17 @@ class Batch:
         Raises:
             TypeError: ``call`` is not a ``ToolCall``.
             RuntimeError: the batch was not opened for streaming, or it was
-                closed, or it has finished.
+                closed, or it has finished; or this thread runs no trio run
+                (nothing is added).
         """
         stream = self._stream
         if not isinstance(call, ToolCall):
             raise TypeError(f"Batch.add takes a ToolCall, got {call!r}")
+        if not trio.lowlevel.in_trio_run():
+            raise RuntimeError(
+                f"Batch.add was called outside the trio run (batch {self.id}); from another "
+                "thread, use trio.from_thread.run_sync(batch.add, call)"
+            )
         if stream is None or stream.closed or self._finished:
             why = "it was planned whole" if stream is None else "it was closed or has finished"
             raise RuntimeError(
@@ -142,8 +148,16 @@ class Batch:
         """End a streamed batch: no more calls. ``run`` returns once every call has its result.
 
         Closing twice, or closing a batch planned whole, does nothing.
+
+        Raises:
+            RuntimeError: this thread runs no trio run (the batch stays open).
         """
         if self._stream is not None:
+            if not trio.lowlevel.in_trio_run():
+                raise RuntimeError(
+                    f"Batch.close was called outside the trio run (batch {self.id}); from "
+                    "another thread, use trio.from_thread.run_sync(batch.close)"
+                )
             self._stream.close()
 
     @property
