@@ -517,3 +517,40 @@ async def test_a_batch_of_anything_but_tool_calls_is_a_clear_type_error(
         await executor.execute_call({"id": "1"})  # type: ignore[arg-type]
     assert_idle(executor)
     assert recorder.log == []  # nothing ran
+
+
+@pytest.mark.parametrize("how", ["batch.cancel", "executor.cancel_all"])
+async def test_a_cancel_from_another_thread_reaches_the_batch(how: str) -> None:
+    started = trio.Event()
+
+    @function_tool(side_effects=SideEffects.READ)
+    async def wait() -> str:
+        """Wait until cancelled."""
+        started.set()
+        await trio.sleep_forever()
+        return "never"
+
+    registry = ToolRegistry()
+    registry.register(wait)
+    executor = ToolExecutor(registry)
+    batch = executor.prepare([ToolCall("1", "wait", {}), ToolCall("2", "wait", {})])
+
+    def stop_button() -> None:  # another thread, as a UI's would be
+        trio.from_thread.run(started.wait)
+        if how == "batch.cancel":
+            batch.cancel()
+        else:
+            executor.cancel_all()
+
+    with trio.fail_after(30):  # a guard against a hang, not a timing
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(trio.to_thread.run_sync, stop_button)
+            outcome = await batch.run()
+    assert outcome.cancelled
+    assert [r.error_class for r in outcome.results] == [ErrorClass.CANCELLED] * 2
+    assert_idle(executor)
+    # trio's own cancel state is intact: an enclosing deadline still fires.
+    with trio.move_on_after(0) as scope:
+        await trio.sleep_forever()
+    assert scope.cancelled_caught
+    batch.cancel()  # after the batch, from the run's thread: nothing happens

@@ -22,6 +22,7 @@ running.
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import logging
 from collections.abc import Awaitable, Callable, Sequence
@@ -98,13 +99,23 @@ class Batch:
     _cancelled: bool = attrs.field(default=False, init=False)
     _started: bool = attrs.field(default=False, init=False)
     _finished: bool = attrs.field(default=False, init=False)
+    _token: trio.lowlevel.TrioToken | None = attrs.field(default=None, init=False, repr=False)
 
     def __attrs_post_init__(self) -> None:
         rt = self._runtime
         self._report = Reporter(rt.agent_path, self.id, rt.sinks, rt.hooks, rt.parent_call)
 
     def cancel(self) -> None:
-        """Cancel the batch: unfinished calls get ``cancelled`` results."""
+        """Cancel the batch: unfinished calls get ``cancelled`` results.
+
+        Thread-safe: called from another thread while the batch runs, the
+        cancel is handed to the batch's trio run and takes effect there.
+        """
+        token = self._token
+        if token is not None and not _in_run(token):
+            with contextlib.suppress(trio.RunFinishedError):  # the run is over: so is the batch
+                token.run_sync_soon(self.cancel)
+            return
         self._cancelled = True
         self._scope.cancel()
 
@@ -180,6 +191,7 @@ class Batch:
             raise RuntimeError(f"batch {self.id} was already run; prepare a new one")
         self._runtime.bind_run()
         self._started = True
+        self._token = trio.lowlevel.current_trio_token()
         steer = steering if steering is not None else self._steering
         cancellers = self._runtime.cancellers
         cancellers.add(self.cancel)
@@ -375,6 +387,14 @@ class Stream:
     def _wake(self) -> None:
         if self._changed is not None:
             self._changed.set()
+
+
+def _in_run(token: trio.lowlevel.TrioToken) -> bool:
+    """Whether this thread is running the trio run ``token`` belongs to."""
+    try:
+        return trio.lowlevel.current_trio_token() is token
+    except RuntimeError:  # no trio run on this thread
+        return False
 
 
 async def _poll(steering: Steering) -> tuple[str, ...]:

@@ -375,7 +375,10 @@ class ToolExecutor:
         return (await batch.run()).results[0]
 
     def cancel_all(self) -> None:
-        """Cancel every batch this executor is running (results: ``cancelled``)."""
+        """Cancel every batch this executor is running (results: ``cancelled``).
+
+        Thread-safe, as ``Batch.cancel`` is.
+        """
         for cancel in list(self._runtime.cancellers):
             cancel()
 
