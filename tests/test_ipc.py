@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import concurrent.futures
 import io
 import json
 import os
@@ -512,6 +513,43 @@ async def test_the_blocking_client_over_real_pipes() -> None:
         ("call-1", True, None, "b"),
     ]
     assert got[1].error_class is ErrorClass.NOT_FOUND
+
+
+async def test_threads_sharing_the_blocking_client_each_get_their_own_answers() -> None:
+    supervisor = Supervisor(ToolExecutor(registry()))
+    calls_r, calls_w = os.pipe()
+    answers_r, answers_w = os.pipe()
+    client = RunnerClient(os.fdopen(answers_r, "rb", buffering=0), os.fdopen(calls_w, "wb"))
+
+    def worker(n: int) -> list[str]:
+        texts = []
+        for i in range(25):
+            if i % 5 == 4:  # some calls go together, as one batch
+                answers = client.call_many([("echo", {"text": f"{n}.{i}.{j}"}) for j in "ab"])
+                texts += [a.text for a in answers]
+            else:
+                texts.append(client.call("echo", {"text": f"{n}.{i}"}).text)
+        return texts
+
+    def agents() -> list[list[str]]:
+        with concurrent.futures.ThreadPoolExecutor(8) as pool:
+            got = list(pool.map(worker, range(8)))
+        client.close()
+        return got
+
+    async with (
+        trio.lowlevel.FdStream(calls_r) as receive,
+        trio.lowlevel.FdStream(answers_w) as send,
+        trio.open_nursery() as nursery,
+    ):
+        nursery.start_soon(supervisor.serve, RunnerConfig("r"), receive, send)
+        with trio.fail_after(60):  # a guard against a hang, not a timing
+            got = await trio.to_thread.run_sync(agents)
+    for n, texts in enumerate(got):
+        want = []
+        for i in range(25):
+            want += [f"{n}.{i}.a", f"{n}.{i}.b"] if i % 5 == 4 else [f"{n}.{i}"]
+        assert texts == want
 
 
 def test_the_blocking_client_reports_an_early_close_and_refusals() -> None:

@@ -14,6 +14,7 @@ import itertools
 import json
 import os
 import sys
+import threading
 from collections.abc import Mapping
 from typing import IO, TYPE_CHECKING, Any, TypeAlias
 
@@ -125,7 +126,7 @@ def _take_stdio() -> tuple[int, int]:
 
 @attrs.define(eq=False)
 class RunnerClient:
-    """A blocking client for a runner script.
+    """A blocking client for a runner script; threads may share one.
 
     Example::
 
@@ -144,6 +145,8 @@ class RunnerClient:
     max_line_bytes: int = DEFAULT_MAX_LINE_BYTES
     _ids: Iterator[int] = attrs.field(factory=itertools.count, init=False, repr=False)
     _waiting: dict[str, ToolResponse] = attrs.field(factory=dict, init=False, repr=False)
+    _reading: threading.Lock = attrs.field(factory=threading.Lock, init=False, repr=False)
+    _writing: threading.Lock = attrs.field(factory=threading.Lock, init=False, repr=False)
 
     @classmethod
     def stdio(cls, *, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES) -> RunnerClient:
@@ -158,9 +161,10 @@ class RunnerClient:
 
     def send(self, calls: Sequence[CallSpec]) -> list[str]:
         """Write calls in one write (they form one batch); return their ids."""
-        lines = [_call_line(spec, self._ids) for spec in calls]
-        self.writer.write(b"".join(line for _, line in lines))
-        self.writer.flush()
+        with self._writing:
+            lines = [_call_line(spec, self._ids) for spec in calls]
+            self.writer.write(b"".join(line for _, line in lines))
+            self.writer.flush()
         return [cid for cid, _ in lines]
 
     def receive(self, tool_call_id: str) -> ToolResponse:
@@ -170,15 +174,16 @@ class RunnerClient:
             EOFError: the supervisor closed the channel first.
             ProtocolError: the supervisor refused a line without naming it.
         """
-        while tool_call_id not in self._waiting:
-            line = self.reader.readline(self.max_line_bytes + 1)
-            if not line.endswith(b"\n"):
-                if len(line) > self.max_line_bytes:
-                    raise ProtocolError("line_too_long", "an answer is over max_line_bytes")
-                raise EOFError("the supervisor closed the channel")
-            response = parse_answer(line[:-1])
-            self._waiting[response.tool_call_id] = response
-        return self._waiting.pop(tool_call_id)
+        with self._reading:  # one reader at a time; the others find their answers kept
+            while tool_call_id not in self._waiting:
+                line = self.reader.readline(self.max_line_bytes + 1)
+                if not line.endswith(b"\n"):
+                    if len(line) > self.max_line_bytes:
+                        raise ProtocolError("line_too_long", "an answer is over max_line_bytes")
+                    raise EOFError("the supervisor closed the channel")
+                response = parse_answer(line[:-1])
+                self._waiting[response.tool_call_id] = response
+            return self._waiting.pop(tool_call_id)
 
     def call(self, tool: str, args: Mapping[str, Any] | None = None) -> ToolResponse:
         """Send one call and wait for its answer."""
