@@ -194,6 +194,37 @@ async def test_validation_lists_every_violation_with_its_path(recorder: Recorder
     assert len(outcome.results[0].details["violations"]) == 4
 
 
+async def test_a_models_huge_bad_input_comes_back_as_a_short_error() -> None:
+    @function_tool(side_effects=SideEffects.NONE)
+    def count(n: int, tags: list[str]) -> str:
+        """Count."""
+        return str(n)
+
+    registry = ToolRegistry()
+    registry.register(count)
+    huge = "z" * 1_000_000
+    outcome = await ToolExecutor(registry).execute_batch(
+        [
+            ToolCall("many", "count", {"n": 1, "tags": list(range(100))}),
+            ToolCall("long", "count", {"n": huge, "tags": []}),
+            ToolCall("name", "x" * 1_000_000, {}),
+        ]
+    )
+    many, long, name = outcome.results
+    # The first 20 violations, in index order (10 after 9), then a count of the rest.
+    listed = many.details["violations"]
+    assert listed[:11] == [f'$.tags[{i}]: {i} is not of type "string"' for i in range(11)]
+    assert listed[20:] == ["80 more violations not shown"]
+    assert many.text.endswith("- 80 more violations not shown")
+    # A huge value is shown by its two ends, with what was left out counted.
+    assert len(long.text) < 500
+    assert long.text.endswith('zzz" is not of type "integer"')
+    assert "characters]…" in long.text
+    assert name.error_class is ErrorClass.NOT_FOUND
+    assert len(name.text) < 500
+    assert name.text.endswith("Available: count")
+
+
 async def test_caps_are_never_exceeded(recorder: Recorder, autojump_clock: object) -> None:
     config = ConcurrencyConfig(read_width=3, per_tool={"read": 2})
     executor = ToolExecutor(make_registry(recorder), config=config)

@@ -27,9 +27,24 @@ _JSON_KINDS = {
 }
 
 
+#: How much of a text that came from the model (a name, a value) one message shows.
+CLIP_CHARS = 200
+
+
+def clip(text: str, limit: int = CLIP_CHARS) -> str:
+    """``text``, or, past ``limit`` characters, its two ends and how much is left out.
+
+    A model's huge value must not come back to it as a huge error message.
+    """
+    if len(text) <= limit:
+        return text
+    head, tail = limit * 2 // 3, limit // 3
+    return f"{text[:head]}…[{len(text) - head - tail} characters]…{text[-tail:]}"
+
+
 def not_found(name: str, available: Iterable[str]) -> str:
     names = ", ".join(available) or "(none)"
-    return f"Tool '{name}' not found. Available: {names}"
+    return f"Tool '{clip(name)}' not found. Available: {names}"
 
 
 def json_too_deep(name: str) -> str:

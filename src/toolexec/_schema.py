@@ -19,6 +19,7 @@ import jsonschema
 import jsonschema_rs
 
 from ._errors import RegistrationError
+from ._messages import clip
 
 __all__ = [
     "COMBINATORS",
@@ -30,6 +31,8 @@ __all__ = [
 ]
 
 _NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
+#: How many violations an ``invalid_arguments`` result lists; the rest are counted.
+MAX_VIOLATIONS = 20
 
 # Keywords some provider rejects or ignores; refused at registration.
 _FORBIDDEN = ("$ref", "oneOf", "anyOf", "allOf", "not", "if", "then", "else", "patternProperties")
@@ -100,14 +103,26 @@ class CompiledSchema:
         return bool(self._validator.is_valid(arguments))
 
     def violations(self, arguments: Mapping[str, Any]) -> list[str]:
-        """Every violation as ``"<json path>: <message>"``, sorted by path."""
+        """The violations as ``"<json path>: <message>"``, in path order (indices by number).
+
+        At most ``MAX_VIOLATIONS`` are listed, then one line counting the
+        rest; a message quoting a long value shows its two ends (``clip``).
+        """
         found = []
         for error in self._validator.iter_errors(arguments):
-            path = "$" + "".join(
-                f"[{p}]" if isinstance(p, int) else f".{p}" for p in error.instance_path
-            )
-            found.append(f"{path}: {error.message}")
-        return sorted(found)
+            steps = error.instance_path
+            key = tuple((0, p, "") if isinstance(p, int) else (1, 0, str(p)) for p in steps)
+            found.append((key, steps, error.message))
+        found.sort(key=lambda item: (item[0], item[2]))
+        lines = [
+            "$"
+            + "".join(f"[{p}]" if isinstance(p, int) else f".{clip(str(p))}" for p in steps)
+            + f": {clip(message)}"
+            for _, steps, message in found[:MAX_VIOLATIONS]
+        ]
+        if len(found) > MAX_VIOLATIONS:
+            lines.append(f"{len(found) - MAX_VIOLATIONS} more violations not shown")
+        return lines
 
 
 def compile_schema(schema: Mapping[str, Any], *, tool: str) -> CompiledSchema:
