@@ -50,6 +50,7 @@ import attrs
 from ._dirstack import DirStack
 from ._display import show
 from ._file_ops import DIR_FLAGS
+from ._messages import clip
 from ._workspace_errors import WorkspaceError, WorkspaceErrorKind, check_cancelled, os_error
 
 if TYPE_CHECKING:
@@ -202,8 +203,8 @@ class ConfinedRoot:
 
 
 def _shortened(path: str) -> str:
-    """``path``, or its start if it is too long to repeat in an error."""
-    return path if len(path) <= _SHOWN else f"{path[:_SHOWN]}... ({len(path)} characters)"
+    """``path``, or its two ends if it is too long to repeat in an error."""
+    return clip(path, _SHOWN)
 
 
 @attrs.define(eq=False)

@@ -38,6 +38,7 @@ from ._display import show
 from ._errors import ToolError
 from ._file_ops import open_regular_at
 from ._file_tools import PATH_ARGUMENT, bound_to_workspace, is_binary, tool_schema
+from ._messages import clip
 from ._process import open_group_process, reap
 from ._tree import walk_tree
 from ._types import ErrorClass, SideEffects, ToolDefinition, ToolOutput
@@ -342,7 +343,7 @@ class SearchFilesTool:
 
 
 def _invalid_pattern(pattern: str, why: str) -> ToolError:
-    shown = repr(pattern) if len(pattern) <= 100 else f"{pattern[:100]!r}... ({len(pattern)} chars)"
+    shown = repr(clip(pattern, 100))
     return ToolError(
         f"Invalid regular expression {shown}: {why}.", error_class=ErrorClass.INVALID_ARGUMENTS
     )
