@@ -194,6 +194,28 @@ async def test_validation_lists_every_violation_with_its_path(recorder: Recorder
     assert len(outcome.results[0].details["violations"]) == 4
 
 
+def test_a_tool_call_needs_a_string_id_and_name() -> None:
+    with pytest.raises(TypeError, match=r"ToolCall\.id must be a string, got int"):
+        ToolCall(1, "read", {})  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"ToolCall\.name must be a string, got None"):
+        ToolCall("1", None, {})  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("arguments", "said"),
+    [(5, "got a number"), ([1], "got an array"), (None, "got null"), (True, "got a boolean")],
+)
+async def test_arguments_that_are_a_value_not_json_text_are_named(
+    recorder: Recorder, arguments: Any, said: str
+) -> None:
+    outcome = await ToolExecutor(make_registry(recorder)).execute_batch(
+        [ToolCall("c", "read", arguments)]
+    )
+    (result,) = outcome.results
+    assert result.error_class is ErrorClass.INVALID_ARGUMENTS
+    assert result.text == f"Invalid arguments for tool 'read': expected a JSON object, {said}."
+
+
 async def test_a_models_huge_bad_input_comes_back_as_a_short_error() -> None:
     @function_tool(side_effects=SideEffects.NONE)
     def count(n: int, tags: list[str]) -> str:

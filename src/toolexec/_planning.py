@@ -88,6 +88,8 @@ class Planner:
         if isinstance(raw, Mapping):
             slot.arguments = dict(raw)
             return None
+        if not isinstance(raw, str | bytes | bytearray):  # a value, not JSON text: say what
+            return error_result(slot, ErrorClass.INVALID_ARGUMENTS, say.not_an_object(name, raw))
         try:
             value = json.loads(raw) if raw.strip() else {}
         except RecursionError:

@@ -173,12 +173,25 @@ class ToolCall:
     """One call the model asked for.
 
     ``arguments`` is either a mapping or the raw JSON text a provider sent;
-    the executor parses it, so malformed JSON becomes an error *result*.
+    the executor parses it, so malformed JSON (or a value that is not an
+    object) becomes an error *result*. ``id`` and ``name`` must be strings:
+    anything else raises ``TypeError`` here, where the call is made.
     """
 
     id: str
     name: str
     arguments: Mapping[str, Any] | str = attrs.field(factory=dict)
+
+    def __attrs_post_init__(self) -> None:
+        # Type checks first: they cost nanoseconds on the per-call path.
+        if type(self.id) is not str or type(self.name) is not str:
+            for field in ("id", "name"):
+                value = getattr(self, field)
+                if not isinstance(value, str):
+                    raise TypeError(
+                        f"ToolCall.{field} must be a string, got {describe(value)}"
+                        + ("; the call id a provider sent is a string" if field == "id" else "")
+                    )
 
 
 _BLOCKS = (TextContent, ImageContent, JsonContent)
