@@ -322,9 +322,24 @@ async def test_steering_answers_of_every_type(answer: Any, messages: tuple[str, 
         ({"approver": "ann"}, TypeError, "approver must be an approver (with request)"),
         ({"steering": ["stop"]}, TypeError, "steering must be callable or None"),
         ({"grace_period": -1}, ValueError, "grace_period must be seconds >= 0"),
-        ({"approval": ApprovalMode.PROMPT}, TypeError, "approval"),
-        ({"config": {"read_width": 2}}, TypeError, "config"),
-        ({"agent_path": None}, TypeError, "agent_path"),
+        (
+            {"approval": ApprovalMode.PROMPT},
+            TypeError,
+            "approval must be an ApprovalConfig or None; got <ApprovalMode.PROMPT",
+        ),
+        (
+            {"config": {"read_width": 2}},
+            TypeError,
+            "config must be a ConcurrencyConfig (ConcurrencyConfig(...)); got {'read_width': 2}",
+        ),
+        (
+            {"strategy": "parallel"},
+            TypeError,
+            "strategy must be an ExecutionStrategy: Parallel(), Sequential() or Batched(n);"
+            " got 'parallel' (str)",
+        ),
+        ({"agent_path": None}, TypeError, "agent_path must be a string; got None (NoneType)"),
+        ({"resource_conflicts": 1}, TypeError, "resource_conflicts must be True or False"),
     ],
 )
 def test_bad_host_inputs_are_refused_when_the_executor_is_built(
@@ -332,6 +347,14 @@ def test_bad_host_inputs_are_refused_when_the_executor_is_built(
 ) -> None:
     with pytest.raises(error, match=re_escape(says)):
         ToolExecutor(echo_registry(), **kw)
+
+
+def test_promoted_tools_are_a_collection_of_names_never_one_string() -> None:
+    with pytest.raises(TypeError, match=re_escape("got the string 'abc'; write {'abc'}")):
+        ConcurrencyConfig(promoted="abc")
+    with pytest.raises(TypeError, match="promoted must hold tool names"):
+        ConcurrencyConfig(promoted={1})  # type: ignore[arg-type]
+    assert ConcurrencyConfig(promoted=["abc"]).promoted == frozenset({"abc"})
 
 
 def re_escape(text: str) -> str:

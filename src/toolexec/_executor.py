@@ -89,6 +89,21 @@ def _with_methods(
     return check
 
 
+def _instance(
+    kind: type | tuple[type, ...], what: str, *, optional: bool = False
+) -> Callable[[object, attrs.Attribute[Any], object], None]:
+    """A validator: the value is a ``kind`` (``what`` says so to a person)."""
+
+    def check(_inst: object, attr: attrs.Attribute[Any], value: object) -> None:
+        if not isinstance(value, kind) and not (optional and value is None):
+            raise TypeError(
+                f"ToolExecutor {attr.name} must be {what}; got {value!r:.80}"
+                f" ({type(value).__name__})"
+            )
+
+    return check
+
+
 def _callable_or_none(_inst: object, attr: attrs.Attribute[Any], value: object) -> None:
     if value is not None and not callable(value):
         raise TypeError(f"ToolExecutor {attr.name} must be callable or None, got {value!r}")
@@ -164,12 +179,16 @@ class ToolExecutor:
     An executor is immutable; ``fork_for_subagent`` makes a changed copy.
     """
 
-    registry: ToolRegistry = attrs.field(validator=attrs.validators.instance_of(ToolRegistry))
+    registry: ToolRegistry = attrs.field(validator=_instance(ToolRegistry, "a ToolRegistry"))
     config: ConcurrencyConfig = attrs.field(
-        factory=ConcurrencyConfig, validator=attrs.validators.instance_of(ConcurrencyConfig)
+        factory=ConcurrencyConfig,
+        validator=_instance(ConcurrencyConfig, "a ConcurrencyConfig (ConcurrencyConfig(...))"),
     )
     strategy: ExecutionStrategy = attrs.field(
-        factory=Parallel, validator=attrs.validators.instance_of(ExecutionStrategy)
+        factory=Parallel,
+        validator=_instance(
+            ExecutionStrategy, "an ExecutionStrategy: Parallel(), Sequential() or Batched(n)"
+        ),
     )
     policy: ToolPolicy = attrs.field(
         factory=AllowAll, validator=_with_methods("a policy", "decide")
@@ -178,8 +197,8 @@ class ToolExecutor:
         default=(), converter=_as_sinks, validator=_with_methods("event sinks", "emit")
     )
     steering: Steering | None = attrs.field(default=None, validator=_callable_or_none)
-    agent_path: str = attrs.field(default="root", validator=attrs.validators.instance_of(str))
-    session_id: str = attrs.field(default="", validator=attrs.validators.instance_of(str))
+    agent_path: str = attrs.field(default="root", validator=_instance(str, "a string"))
+    session_id: str = attrs.field(default="", validator=_instance(str, "a string"))
     workspace: PathResolver | None = None
     grace_period: float = attrs.field(default=5.0, validator=_grace)
     approver: Approver | None = attrs.field(
@@ -187,7 +206,7 @@ class ToolExecutor:
     )
     approval: ApprovalConfig | None = attrs.field(
         default=None,
-        validator=attrs.validators.optional(attrs.validators.instance_of(ApprovalConfig)),
+        validator=_instance(ApprovalConfig, "an ApprovalConfig or None", optional=True),
     )
     hooks: tuple[CallHook, ...] = attrs.field(
         default=(),
@@ -198,7 +217,7 @@ class ToolExecutor:
     services: Services = attrs.field(factory=Services, converter=_as_services)
     parent_call: tuple[str, str] | None = None
     resource_conflicts: bool = attrs.field(
-        default=False, validator=attrs.validators.instance_of(bool), kw_only=True
+        default=False, validator=_instance(bool, "True or False"), kw_only=True
     )
     _memory: ApprovalMemory = attrs.field(factory=ApprovalMemory, alias="memory", repr=False)
     _pools: Pools | None = attrs.field(default=None, alias="pools", repr=False)

@@ -42,7 +42,16 @@ def _caps(_inst: object, _attr: object, value: Mapping[str, int]) -> None:
 
 
 def _names(names: Iterable[str]) -> frozenset[str]:
-    return frozenset(names)
+    if isinstance(names, str):  # a string is an iterable of one-letter names: never meant
+        raise TypeError(
+            f"promoted must be a collection of tool names, got the string {names!r}; "
+            f"write {{{names!r}}} for that one tool"
+        )
+    found = frozenset(names)
+    for name in found:
+        if not isinstance(name, str):
+            raise TypeError(f"promoted must hold tool names (strings), got {name!r}")
+    return found
 
 
 ClassPool = trio.CapacityLimiter | Lane
