@@ -31,7 +31,8 @@ from toolexec import (
     function_tool,
 )
 from toolexec.approval import ApprovalAnswer, ApprovalConfig, ApprovalMode, ApprovalRequest
-from toolexec.policy import CallHook, Rewrite
+from toolexec.mcp import MCPServerConfig
+from toolexec.policy import CallHook, Capabilities, Rewrite
 from toolexec.testing import ScriptedModel, tool_call
 
 if TYPE_CHECKING:
@@ -349,12 +350,28 @@ def test_bad_host_inputs_are_refused_when_the_executor_is_built(
         ToolExecutor(echo_registry(), **kw)
 
 
-def test_promoted_tools_are_a_collection_of_names_never_one_string() -> None:
-    with pytest.raises(TypeError, match=re_escape("got the string 'abc'; write {'abc'}")):
-        ConcurrencyConfig(promoted="abc")
-    with pytest.raises(TypeError, match="promoted must hold tool names"):
-        ConcurrencyConfig(promoted={1})  # type: ignore[arg-type]
-    assert ConcurrencyConfig(promoted=["abc"]).promoted == frozenset({"abc"})
+@pytest.mark.parametrize(
+    ("make", "field"),
+    [
+        (lambda v: ConcurrencyConfig(promoted=v), "promoted"),
+        (lambda v: Capabilities(tools=v), "Capabilities.tools"),
+        (lambda v: ApprovalConfig(trusted_workspaces=v), "trusted_workspaces"),
+        (lambda v: MCPServerConfig("notes", command="server", args=v), "an MCP server's args"),
+    ],
+)
+def test_a_field_of_several_names_refuses_one_string(make: Any, field: str) -> None:
+    # Capabilities(tools="read_*") would have granted "*", every tool;
+    # trusted_workspaces="/home/me/project" would have trusted "/".
+    with pytest.raises(
+        TypeError,
+        match=re_escape(
+            f"{field} must be a collection of strings, got the string 'read_*'; write ['read_*']"
+        ),
+    ):
+        make("read_*")
+    with pytest.raises(TypeError, match=re_escape(f"{field} must hold strings, got 1 (int)")):
+        make(["a", 1])
+    make(["read_*"])  # the list form is accepted
 
 
 def re_escape(text: str) -> str:

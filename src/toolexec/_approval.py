@@ -22,7 +22,7 @@ import attrs
 import trio
 
 from ._display import display_text
-from ._types import SideEffects, ToolDefinition
+from ._types import SideEffects, ToolDefinition, strings
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping, Sequence
@@ -70,7 +70,7 @@ def _trusted(value: Mapping[SideEffects, ApprovalMode | str]) -> dict[SideEffect
 
 
 def _roots(roots: Iterable[str]) -> tuple[str, ...]:
-    return tuple(roots)
+    return strings(roots, "trusted_workspaces")
 
 
 def _positive(_inst: object, _attr: object, value: float) -> None:

@@ -22,7 +22,7 @@ import attrs
 import trio
 
 from ._fairness import FairLimiter, Lane
-from ._types import RoutingClass
+from ._types import RoutingClass, strings
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
@@ -42,16 +42,7 @@ def _caps(_inst: object, _attr: object, value: Mapping[str, int]) -> None:
 
 
 def _names(names: Iterable[str]) -> frozenset[str]:
-    if isinstance(names, str):  # a string is an iterable of one-letter names: never meant
-        raise TypeError(
-            f"promoted must be a collection of tool names, got the string {names!r}; "
-            f"write {{{names!r}}} for that one tool"
-        )
-    found = frozenset(names)
-    for name in found:
-        if not isinstance(name, str):
-            raise TypeError(f"promoted must hold tool names (strings), got {name!r}")
-    return found
+    return frozenset(strings(names, "promoted"))
 
 
 ClassPool = trio.CapacityLimiter | Lane

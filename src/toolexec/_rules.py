@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 import attrs
 
 from ._policy import ALLOW, Allow, Ask, Decision, Deny, ExecutionGrant, ToolPolicy, tightest
+from ._types import strings
 from ._workspace_errors import WorkspaceError, WorkspaceErrorKind
 
 if TYPE_CHECKING:
@@ -398,7 +399,7 @@ class PathGrant:
 
 
 def _pattern_tuple(patterns: Iterable[str]) -> tuple[str, ...]:
-    return tuple(patterns)
+    return strings(patterns, "Capabilities.tools")
 
 
 def _grant_tuple(grants: Iterable[PathGrant]) -> tuple[PathGrant, ...]:

@@ -121,6 +121,24 @@ def describe(value: object) -> str:
     return f"{type(value).__name__}"
 
 
+def strings(value: Iterable[str], what: str) -> tuple[str, ...]:
+    """``value`` as a tuple of strings, for a field that holds several (``what``).
+
+    A single string is refused: iterating it would give one-letter entries
+    (a tool pattern ``*``, a trusted root ``/``), silently wider than meant.
+    """
+    if isinstance(value, str):
+        raise TypeError(
+            f"{what} must be a collection of strings, got the string {value!r}; "
+            f"write [{value!r}] for that one"
+        )
+    found = tuple(value)
+    for item in found:
+        if not isinstance(item, str):
+            raise TypeError(f"{what} must hold strings, got {item!r} ({describe(item)})")
+    return found
+
+
 @attrs.frozen
 class JsonContent:
     """A JSON value for the model (rendered as JSON text where a provider needs text).

@@ -15,6 +15,8 @@ from typing import Any
 
 import attrs
 
+from .._types import strings
+
 __all__ = ["MCPServerConfig", "parse_mcp_servers"]
 
 
@@ -39,7 +41,7 @@ def _check_name(name: object) -> None:
 
 
 def _str_tuple(value: Iterable[str]) -> tuple[str, ...]:
-    return tuple(value)
+    return strings(value, "an MCP server's args")
 
 
 def _str_map(value: Mapping[str, str] | None) -> Mapping[str, str]:
