@@ -31,6 +31,7 @@ from toolexec import (
     function_tool,
 )
 from toolexec.approval import ApprovalAnswer, ApprovalConfig, ApprovalMode, ApprovalRequest
+from toolexec.backends import SubprocessBackend
 from toolexec.mcp import MCPServerConfig
 from toolexec.policy import CallHook, Capabilities, Rewrite
 from toolexec.testing import ScriptedModel, tool_call
@@ -357,6 +358,7 @@ def test_bad_host_inputs_are_refused_when_the_executor_is_built(
         (lambda v: Capabilities(tools=v), "Capabilities.tools"),
         (lambda v: ApprovalConfig(trusted_workspaces=v), "trusted_workspaces"),
         (lambda v: MCPServerConfig("notes", command="server", args=v), "an MCP server's args"),
+        (lambda v: SubprocessBackend(env_allow=v), "env_allow"),
     ],
 )
 def test_a_field_of_several_names_refuses_one_string(make: Any, field: str) -> None:

@@ -49,10 +49,10 @@ from ._errors import ToolError
 from ._process import OutputCapture, PipeCollector, open_group_process, reap, supervise
 from ._sandbox_codec import context_to_json, locate, output_from_json
 from ._shell import DEFAULT_ENV_ALLOW, ShellTool, _Ended, _streamer, shell_output
-from ._types import ErrorClass, ToolOutput
+from ._types import ErrorClass, ToolOutput, strings
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping, Sequence
+    from collections.abc import Callable, Iterable, Mapping, Sequence
 
     from ._tool import Tool, ToolContext
 
@@ -269,6 +269,10 @@ class _Reports:
     eof: trio.Event = attrs.Factory(trio.Event)
 
 
+def _env_names(names: Iterable[str]) -> tuple[str, ...]:
+    return strings(names, "env_allow")
+
+
 @attrs.define(eq=False)
 class SubprocessBackend:
     """Runs calls in a child process, isolated as well as the machine allows.
@@ -309,7 +313,7 @@ class SubprocessBackend:
     bwrap: str | None = None
     unshare: str | None = None
     limits: Mapping[str, Any] = attrs.field(factory=dict, validator=_check_limits)
-    env_allow: tuple[str, ...] = attrs.field(default=DEFAULT_ENV_ALLOW, converter=tuple)
+    env_allow: tuple[str, ...] = attrs.field(default=DEFAULT_ENV_ALLOW, converter=_env_names)
     max_report_bytes: int = 16 * 1024 * 1024
     _detection: Detection | None = attrs.field(default=None, init=False, repr=False)
     _lock: trio.Lock | None = attrs.field(default=None, init=False, repr=False)
