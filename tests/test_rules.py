@@ -21,6 +21,7 @@ from toolexec.events import CallbackSink, CallFailed, Event
 from toolexec.policy import (
     Capabilities,
     CapabilityPolicy,
+    CommandPrefix,
     ComposedPolicy,
     PathGlob,
     PathGrant,
@@ -266,3 +267,39 @@ async def test_the_file_tools_name_their_workspace_so_a_policy_without_one_follo
             ]
         )
         assert [r.error_class for r in outcome.results] == [ErrorClass.PERMISSION_DENIED, None]
+
+
+def test_a_command_prefix_names_at_least_one_shell_word() -> None:
+    # An empty prefix in an allow rule would have allowed every simple command.
+    for words in ("", "   "):
+        with pytest.raises(ValueError, match="CommandPrefix needs at least one word"):
+            CommandPrefix(words)
+    with pytest.raises(ValueError, match="are not shell words: No closing quotation"):
+        CommandPrefix('git "sta')
+    assert CommandPrefix("git status").matches("git status --short")
+    with pytest.raises(
+        ValueError, match=r"^rules\[0\]\.args\.command\.command_prefix: CommandPrefix"
+    ):
+        RulePolicy.from_dict(
+            {
+                "rules": [
+                    {
+                        "action": "allow",
+                        "tool": "shell",
+                        "args": {"command": {"command_prefix": ""}},
+                    }
+                ]
+            }
+        )
+    with pytest.raises(ValueError, match=r"^rules\[0\]\.args\.command\.regex: missing \)"):
+        RulePolicy.from_dict(
+            {"rules": [{"action": "deny", "tool": "shell", "args": {"command": {"regex": "("}}}]}
+        )
+
+
+def test_capabilities_paths_hold_path_grants() -> None:
+    with pytest.raises(
+        TypeError, match=r"write PathGrant\('src'\) \(read\) or PathGrant\('src', 'rw'\)"
+    ):
+        Capabilities(paths=["src"])  # type: ignore[list-item]
+    assert Capabilities(paths=PathGrant("src")).paths == (PathGrant("src"),)  # type: ignore[arg-type]

@@ -115,6 +115,23 @@ class Prefix:
 _SHELL_META = re.compile(r"[;&|`$<>(){}\n\\]")
 
 
+def _command_words(words: str) -> str:
+    """The words of a ``CommandPrefix``: at least one, and parseable as shell words."""
+    if not isinstance(words, str):
+        raise TypeError(f"CommandPrefix words must be a string, got {words!r}")
+    try:
+        parsed = shlex.split(words)
+    except ValueError as exc:
+        raise ValueError(f"CommandPrefix words {words!r} are not shell words: {exc}") from None
+    if not parsed:
+        raise ValueError(
+            "CommandPrefix needs at least one word: an empty prefix would match every "
+            "command without operators; to match any call of the tool, leave the argument "
+            "matcher out of the rule"
+        )
+    return words
+
+
 @attrs.frozen
 class CommandPrefix:
     """A simple shell command whose first words are ``words``.
@@ -124,7 +141,7 @@ class CommandPrefix:
     shell operators, substitutions or redirections never matches.
     """
 
-    words: str
+    words: str = attrs.field(converter=_command_words)
 
     def matches(self, value: Any) -> bool:
         """Whether the value is an operator-free command starting with the words."""
@@ -260,7 +277,10 @@ def _matcher_from(spec: Any, where: str) -> Matcher:
             f"{sorted(_MATCHERS)}, got {spec!r}"
         )
     kind, value = next(iter(spec.items()))
-    matcher: Matcher = _MATCHERS[kind](value)
+    try:
+        matcher: Matcher = _MATCHERS[kind](value)
+    except (TypeError, ValueError, re.error) as exc:
+        raise ValueError(f"{where}.{kind}: {exc}") from None
     return matcher
 
 
@@ -403,7 +423,16 @@ def _pattern_tuple(patterns: Iterable[str]) -> tuple[str, ...]:
 
 
 def _grant_tuple(grants: Iterable[PathGrant]) -> tuple[PathGrant, ...]:
-    return tuple(grants)
+    if isinstance(grants, PathGrant):
+        grants = (grants,)
+    found = tuple(grants)
+    for grant in found:
+        if not isinstance(grant, PathGrant):
+            raise TypeError(
+                f"Capabilities.paths must hold PathGrant objects, got {grant!r}; "
+                f"write PathGrant({grant!r}) (read) or PathGrant({grant!r}, 'rw')"
+            )
+    return found
 
 
 @attrs.frozen
