@@ -62,6 +62,7 @@ import trio
 
 import toolexec.aio
 from toolexec import SideEffects, ToolCall, ToolExecutor, ToolRegistry, function_tool
+from toolexec._adapters import _aio_guest
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Iterator
@@ -345,11 +346,11 @@ def phases(n: int) -> tuple[list[float], dict[str, float]]:
     calls = _calls(n)
     stamps: dict[str, float] = {}
     rows: list[tuple[float, float, float, float]] = []
-    job_class, steps_class = toolexec.aio._Job, toolexec.aio._Steps  # noqa: SLF001
+    job_class, steps_class = _aio_guest._Job, _aio_guest._Steps  # noqa: SLF001
     body, run_now = job_class.body, steps_class.run_now
 
     async def stamped_body(self: Any, guest: Any) -> None:
-        toolexec.aio._HOST.set(guest.host)  # noqa: SLF001
+        _aio_guest._HOST.set(guest.host)  # noqa: SLF001
         stamps["in"] = time.perf_counter()
         self.batch = batch = guest.executor.prepare(self.calls)
         result = await batch.run()

@@ -20,8 +20,8 @@ import time
 import trio
 
 from toolexec import ToolCall, ToolExecutor, ToolRegistry
-from toolexec._shell import ShellTool
-from toolexec._workspace import Workspace
+from toolexec._tools._shell import ShellTool
+from toolexec._tools._workspace import Workspace
 from toolexec.backends import SubprocessBackend
 from toolexec.policy import Allow, ExecutionGrant
 

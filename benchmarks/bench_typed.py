@@ -33,7 +33,7 @@ import trio
 from pydantic import BaseModel, Field
 
 from toolexec import SideEffects, ToolCall, ToolExecutor, ToolRegistry, function_tool
-from toolexec._function_types import typed
+from toolexec._tools._function_types import typed
 
 if TYPE_CHECKING:
     from collections.abc import Callable

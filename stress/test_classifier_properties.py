@@ -39,7 +39,7 @@ from hypothesis import strategies as st
 from stress.conftest import stress_profile
 from stress.sandbox import PATH, READ_ONLY_PROGRAMS, Sandbox, open_sandboxes, unavailable
 from toolexec import SideEffects
-from toolexec._shell_classify import _FIND_BARE, _FIND_VALUED, _OPTIONS
+from toolexec._tools._shell_classify import _FIND_BARE, _FIND_VALUED, _OPTIONS
 from toolexec.tools import classify_shell_command
 
 if TYPE_CHECKING:

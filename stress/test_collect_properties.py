@@ -48,7 +48,7 @@ from hypothesis import strategies as st
 import toolexec.aio
 from stress.conftest import stress_profile
 from toolexec import ErrorClass, SideEffects, ToolCall, ToolRegistry, ToolResult, function_tool
-from toolexec._collect import Collector
+from toolexec._adapters._collect import Collector
 
 if TYPE_CHECKING:
     from collections.abc import Sequence

@@ -20,12 +20,12 @@ import trio
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import toolexec._process
+import toolexec._proc._process
 from conftest import group_members, live_tasks, open_fds
 from stress.conftest import stress_profile
 from toolexec import ErrorClass, ToolCall, ToolExecutor, ToolRegistry, Workspace
-from toolexec._reaper import _REAPER
-from toolexec._supervisor import proc_stat, processes, subtree
+from toolexec._proc._reaper import _REAPER
+from toolexec._proc._supervisor import proc_stat, processes, subtree
 from toolexec.tools import ShellTool
 
 TIMEOUT = 0.15
@@ -190,13 +190,13 @@ _examples = 20 if stress_profile() == "stress-short" else 1000
 @settings(settings.get_profile(stress_profile()), max_examples=_examples)
 @given(case=cases)
 def test_random_shell_batches_leave_nothing_behind(case: Case) -> None:
-    saved = toolexec._process._pidfd_open, _REAPER.unsupported
+    saved = toolexec._proc._process._pidfd_open, _REAPER.unsupported
     if not case.reaper:
         _REAPER.unsupported = "off for this example"
         if not case.pidfd:
-            toolexec._process._pidfd_open = None
+            toolexec._proc._process._pidfd_open = None
     try:
         with tempfile.TemporaryDirectory() as tmp:
             trio.run(_run, case, Path(tmp))
     finally:
-        toolexec._process._pidfd_open, _REAPER.unsupported = saved
+        toolexec._proc._process._pidfd_open, _REAPER.unsupported = saved

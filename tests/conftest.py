@@ -29,8 +29,8 @@ from toolexec import (
     ToolRegistry,
     function_tool,
 )
-from toolexec._reaper import _PROGRAM, _REAPER
-from toolexec._supervisor import processes
+from toolexec._proc._reaper import _PROGRAM, _REAPER
+from toolexec._proc._supervisor import processes
 from toolexec.approval import ApprovalAnswer, ApprovalRequest
 
 if TYPE_CHECKING:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 
 from toolexec import SideEffects, ToolContext, ToolError, function_tool
-from toolexec._types import ErrorClass
+from toolexec._core._types import ErrorClass
 
 
 @function_tool(side_effects=SideEffects.READ)

@@ -530,7 +530,7 @@ async def test_an_image_result_reaches_responses_as_input_image(stub: Stub) -> N
 
 
 async def test_anthropic_system_and_steering_turns_are_merged() -> None:
-    from toolexec._adapters import _anthropic_conversation
+    from toolexec._adapters._models import _anthropic_conversation
 
     result = ToolResult("t1", "read_note", (TextContent("ok"),))
     system, turns = _anthropic_conversation(

@@ -510,7 +510,7 @@ def test_a_batch_cancelled_before_it_is_planned_gives_cancelled_results() -> Non
     async def main() -> toolexec.BatchOutcome:
         async with toolexec.aio.open_executor(_registry()) as ex:
             loop = asyncio.get_running_loop()
-            job = toolexec.aio._Job(
+            job = toolexec._adapters._aio_guest._Job(
                 [ToolCall("1", "echo_back", {"text": "x"})], loop.create_future()
             )
             job.cancel()  # before its trio task has run: ``run`` sees the flag

@@ -262,7 +262,7 @@ def test_in_context_steps_the_coroutine_in_the_context_and_passes_a_close_on() -
 
     context = contextvars.copy_context()
     context.run(MARK.set, "in the copy")
-    outer = toolexec.aio._in_context(context, inner())
+    outer = toolexec._adapters._aio_guest._in_context(context, inner())
     assert outer.send(None) == "first"
     assert outer.send("hello") == "second"
     outer.close()  # as trio does to a task's coroutine when the run is abandoned

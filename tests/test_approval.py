@@ -10,7 +10,7 @@ import trio.testing
 
 from conftest import KVTool, Recorder, Scripted, write
 from toolexec import ErrorClass, SideEffects, ToolCall, ToolExecutor, ToolRegistry, Workspace
-from toolexec._display import display_text
+from toolexec._core._display import display_text
 from toolexec.approval import (
     ApprovalAnswer,
     ApprovalConfig,

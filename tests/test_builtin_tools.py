@@ -29,7 +29,7 @@ from toolexec import (
     Workspace,
     register_builtin_tools,
 )
-from toolexec._file_tools import _problem_lines
+from toolexec._tools._file_tools import _problem_lines
 from toolexec.tools import ListDirTool, SearchFilesTool
 
 if TYPE_CHECKING:
@@ -437,7 +437,7 @@ async def test_a_pattern_longer_than_ten_thousand_characters_is_refused(root: Pa
 async def test_the_matcher_reports_a_pattern_it_cannot_build(
     root: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from toolexec import _search
+    from toolexec._tools import _search
 
     (root / "a.txt").write_text("aaa\n")
     monkeypatch.setattr(_search, "_check_pattern", lambda pattern, flags: None)
@@ -449,7 +449,7 @@ async def test_the_matcher_reports_a_pattern_it_cannot_build(
 async def test_a_failing_matcher_is_an_error_not_an_empty_result(
     root: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from toolexec import _search
+    from toolexec._tools import _search
 
     (root / "a.txt").write_text("aaa\n")
     monkeypatch.setattr(_search, "_MATCHER", "import sys; sys.exit(3)")

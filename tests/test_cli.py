@@ -380,7 +380,7 @@ def test_cli_doc_tools_and_mcp_config_run(
 
 async def test_trace_phases_follow_the_executor_on_a_mock_clock(autojump_clock: object) -> None:
     from toolexec import SideEffects, ToolCall, ToolExecutor, ToolRegistry, function_tool
-    from toolexec._trace import TraceRecorder
+    from toolexec._core._trace import TraceRecorder
     from toolexec.approval import ApprovalAnswer, ApprovalRequest
 
     @function_tool(side_effects=SideEffects.READ)
@@ -436,7 +436,7 @@ async def test_trace_phases_follow_the_executor_on_a_mock_clock(autojump_clock: 
 async def test_a_call_answered_at_plan_time_has_a_zero_length_slice() -> None:
     """On the real clock: the slice does not span the time other calls took to plan."""
     from toolexec import SideEffects, ToolCall, ToolExecutor, ToolRegistry, function_tool
-    from toolexec._trace import TraceRecorder
+    from toolexec._core._trace import TraceRecorder
 
     @function_tool(side_effects=SideEffects.READ)
     async def look(n: int) -> str:
@@ -465,7 +465,7 @@ async def test_a_call_answered_at_plan_time_has_a_zero_length_slice() -> None:
 def test_an_unexpected_failure_exits_1_and_asks_for_a_report(
     workspace: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from toolexec import _cli
+    from toolexec._cli import _main as _cli
 
     async def broken(*_args: object) -> list[dict[str, Any]]:
         raise RuntimeError("boom")

@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from mcp_servers.fixtures import sdk_server_entry
-from toolexec import _cli
-from toolexec._cli_sources import ToolSources, UsageError, load_mcp_config, load_tools
+from toolexec._cli import _main as _cli
+from toolexec._cli._sources import ToolSources, UsageError, load_mcp_config, load_tools
 
 if TYPE_CHECKING:
     from collections.abc import Callable

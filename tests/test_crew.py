@@ -25,7 +25,7 @@ from toolexec import (
     ToolRegistry,
     function_tool,
 )
-from toolexec._registry import cannot_suspend
+from toolexec._core._registry import cannot_suspend
 
 
 @function_tool(side_effects=SideEffects.READ)

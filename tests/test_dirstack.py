@@ -12,8 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from toolexec import Workspace
-from toolexec._dirstack import DirStack, spacing_for
-from toolexec._tree import walk_tree
+from toolexec._tools._dirstack import DirStack, spacing_for
+from toolexec._tools._tree import walk_tree
 
 if TYPE_CHECKING:
     from collections.abc import Iterator

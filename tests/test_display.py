@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from toolexec._display import display_text, show
+from toolexec._core._display import display_text, show
 
 
 def test_show_spells_escapes_as_python_does() -> None:

@@ -27,7 +27,7 @@ from toolexec import (
     ToolRegistry,
     function_tool,
 )
-from toolexec._policy import ALLOW
+from toolexec._gate._policy import ALLOW
 from toolexec.events import BatchFinished, CallbackSink, CallFailed
 
 if TYPE_CHECKING:

@@ -23,7 +23,7 @@ from toolexec import (
     ToolRegistry,
     function_tool,
 )
-from toolexec._fairness import FairLimiter, Lane
+from toolexec._core._fairness import FairLimiter, Lane
 from toolexec.testing import ScriptedModel, Step
 
 

@@ -9,7 +9,7 @@ import trio
 
 import toolexec.aio
 from toolexec import SideEffects, ToolCall, ToolRegistry, ToolResult, function_tool
-from toolexec._collect import Collector
+from toolexec._adapters._collect import Collector
 
 
 def _registry() -> ToolRegistry:

@@ -9,7 +9,7 @@ import pytest
 import trio
 import trio.testing
 
-from toolexec._ipc_client import parse_answer
+from toolexec._ipc._client import parse_answer
 from toolexec.ipc import ProtocolError, TrioRunnerClient
 
 

@@ -31,7 +31,7 @@ from toolexec import (
     function_tool,
     register_builtin_tools,
 )
-from toolexec._ipc_protocol import decode_call, encode, response_message
+from toolexec._ipc._protocol import decode_call, encode, response_message
 from toolexec.events import JsonlAuditSink
 from toolexec.ipc import LineSplitter, ProtocolError, RunnerConfig, Supervisor, decode_message
 from toolexec.policy import Allow, Capabilities, Decision, Deny, PathGrant

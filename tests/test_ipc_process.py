@@ -176,7 +176,7 @@ open(sys.argv[1], "w").write(json.dumps(answers))
 # the high-water mark of the process that forked it (pytest's) across exec.
 MEASURED_SERVE = """
 import sys
-from toolexec._cli import main
+from toolexec._cli._main import main
 status = main(sys.argv[1:])
 with open("/proc/self/status") as f:
     print(next(line.split()[1] for line in f if line.startswith("VmHWM:")), file=sys.stderr)
@@ -208,7 +208,7 @@ def test_a_1_gb_line_leaves_the_supervisor_memory_bounded(tmp_path: Path) -> Non
 
 
 def test_serve_needs_a_runner_command_and_a_mode(capsys: pytest.CaptureFixture[str]) -> None:
-    from toolexec._cli import main
+    from toolexec._cli._main import main
 
     with pytest.raises(SystemExit) as info:
         main(["serve", "--stdio"])

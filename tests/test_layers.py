@@ -5,7 +5,8 @@ its own layer and the layers below it, never above; the core imports nothing
 but the core; and no two modules import each other, directly or around a
 loop. Every import counts: type-only imports under ``TYPE_CHECKING`` and
 imports inside functions too, since each is a dependency a reader must hold
-in mind. A new module fails the test until it is given a layer here.
+in mind. A module's layer is its folder's (``FOLDERS``); a new folder fails
+the test until it is given a layer here.
 """
 
 from __future__ import annotations
@@ -19,107 +20,33 @@ import pytest
 PACKAGE = Path(__file__).resolve().parent.parent / "src" / "toolexec"
 
 CORE = "core"
+API = "api"
 # Lower layers first; a module may import from its own layer or any earlier one.
-ORDER = (CORE, "tools", "agents", "integrations", "cli", "api")
+ORDER = (CORE, "tools", "agents", "integrations", "cli", API)
 
-LAYERS: dict[str, str] = {
-    # The core: values, errors, schema, plan, limits, lifecycle, events,
-    # registry, the tool protocol, the gate, and the executor.
-    **dict.fromkeys(
-        [
-            "_types",
-            "_errors",
-            "_schema",
-            "_plan",
-            "_limits",
-            "_lifecycle",
-            "_events",
-            "_registry",
-            "_tool",
-            "_policy",
-            "_hooks",
-            "_approval",
-            "_display",
-            "_public",
-            "_messages",
-            "_report",
-            "_backend",
-            "_planning",
-            "_asking",
-            "_callpath",
-            "_batch",
-            "_executor",
-            "_resource_keys",
-            "_resources",
-            "_fairness",
-        ],
-        CORE,
-    ),
-    # Tools and the world they act on (workspace, processes, path policies).
-    **dict.fromkeys(
-        [
-            "_function",
-            "_function_meta",
-            "_function_pydantic",
-            "_function_types",
-            "_process",
-            "_supervisor",
-            "_reaper",
-            "_workspace",
-            "_workspace_errors",
-            "_confined",
-            "_dirstack",
-            "_worker",
-            "_file_ops",
-            "_lines",
-            "_tree",
-            "_builtins",
-            "_file_tools",
-            "_search",
-            "_shell",
-            "_shell_classify",
-            "_rules",
-            "_audit",
-            "_trace",
-            "_path_keys",
-        ],
-        "tools",
-    ),
+# Each folder of the package is one layer; a module's layer is its folder's.
+# A module directly in the package is the public face (``api``): it may import
+# any layer, and no module in a folder may import it.
+FOLDERS: dict[str, str] = {
+    # The core: values, errors, plans, limits, the call lifecycle, the executor;
+    # and the gate it drives for every call (schema, policy, approval, hooks).
+    "_core": CORE,
+    "_gate": CORE,
+    # Tools and the world they act on (workspace, files, shell, child processes).
+    "_tools": "tools",
+    "_proc": "tools",
     # Agents: the model protocol, the loop, sub-agents.
-    **dict.fromkeys(["_model", "_agent", "_subagent"], "agents"),
-    # Integrations: provider formats and SDK adapters, MCP, OpenAPI, OpenTelemetry,
-    # the asyncio bridge, the testing aids.
-    **dict.fromkeys(
-        ["formats", "_adapters", "mcp", "openapi", "otel", "aio", "testing", "_ray"],
-        "integrations",
-    ),
-    # Framework adapters (extras langgraph, openai-agents, pydantic-ai) and their collector.
-    **dict.fromkeys(["_collect", "langgraph", "openai_agents", "pydantic_ai"], "integrations"),
-    # The supervisor/runner IPC protocol.
-    **dict.fromkeys(["_ipc_protocol", "_ipc_supervisor", "_ipc_client"], "integrations"),
-    **dict.fromkeys(["_ipc_cli"], "cli"),
-    **dict.fromkeys(["ipc"], "api"),
-    **dict.fromkeys(["streams"], "integrations"),
-    # Remote workers: the wire format, the backend and the worker's HTTP service.
-    **dict.fromkeys(["_remote_wire", "_remote", "_remote_worker"], "integrations"),
-    # The subprocess sandbox (bubblewrap through the optional "sandbox" extra).
-    **dict.fromkeys(["_sandbox", "_sandbox_child", "_sandbox_codec"], "integrations"),
-    **dict.fromkeys(["_cli", "_cli_sources"], "cli"),
-    **dict.fromkeys(["_remote_cli"], "cli"),
-    # The public face: re-exports only.
-    **dict.fromkeys(
-        [
-            "__init__",
-            "__main__",
-            "events",
-            "policy",
-            "approval",
-            "backends",
-            "tools",
-            "models",
-        ],
-        "api",
-    ),
+    "_agents": "agents",
+    # Integrations: backends, IPC, provider formats and adapters, MCP, OpenAPI,
+    # the testing aids.
+    "_backends": "integrations",
+    "_ipc": "integrations",
+    "_adapters": "integrations",
+    "mcp": "integrations",
+    "openapi": "integrations",
+    "testing": "integrations",
+    # The command line.
+    "_cli": "cli",
 }
 
 
@@ -168,12 +95,20 @@ def _from_import(node: ast.ImportFrom, package: list[str]) -> set[str]:
 
 
 def layer_of(module: str) -> str | None:
-    """The layer of a module; a subpackage's modules share its layer."""
-    while module:
-        if module in LAYERS:
-            return LAYERS[module]
-        module = module.rpartition(".")[0]
-    return None
+    """The layer of a module: its folder's; ``api`` for a module directly in the package.
+
+    ``None`` for a module in a folder that has no layer yet, and for a private
+    module directly in the package: it belongs in a layer's folder.
+    """
+    folder, dot, _ = module.partition(".")
+    if not dot and module not in FOLDERS and not _private(module):
+        return API
+    return FOLDERS.get(folder)
+
+
+def _private(name: str) -> bool:
+    """A private name (``_x``; not ``__init__`` or ``__main__``) belongs in a folder."""
+    return name.startswith("_") and not name.startswith("__")
 
 
 def package_graph(root: Path = PACKAGE) -> dict[str, set[str]]:
@@ -185,13 +120,16 @@ def package_graph(root: Path = PACKAGE) -> dict[str, set[str]]:
     return graph
 
 
+_ADD_IT = "add it to FOLDERS in tests/test_layers.py"
+
+
 def violations(graph: dict[str, set[str]]) -> list[str]:
     """Every import that points outward, every unplaced module, every cycle."""
     found = []
     for module, imported in sorted(graph.items()):
         here = layer_of(module)
         if here is None:
-            found.append(f"{module}: no layer; add it to LAYERS in tests/test_layers.py")
+            found.append(f"{module}: its folder has no layer; {_ADD_IT}")
             continue
         for target in sorted(imported):
             there = layer_of(target)
@@ -242,7 +180,13 @@ def test_every_import_points_inward_and_no_module_imports_itself_around_a_loop()
 def test_the_core_imports_only_the_core() -> None:
     graph = package_graph()
     core = {m for m in graph if layer_of(m) == CORE}
-    assert {"_executor", "_types", "_tool", "_registry", "_batch"} <= core
+    assert {
+        "_core._executor",
+        "_core._types",
+        "_core._tool_protocol",
+        "_core._registry",
+        "_core._batch",
+    } <= core
     for module in sorted(core):
         outside = {t for t in graph[module] if layer_of(t) not in (CORE, None)}
         assert not outside, f"{module} imports {sorted(outside)}"
@@ -263,19 +207,44 @@ def test_an_outward_import_from_the_core_fails(tmp_path: Path) -> None:
     graph = _graph_with(
         tmp_path,
         {
-            "_types.py": "X = 1\n",
-            "_executor.py": """\
+            "_core/__init__.py": "",
+            "_core/_types.py": "X = 1\n",
+            "_core/_executor.py": """\
                 from typing import TYPE_CHECKING
                 from ._types import X
                 if TYPE_CHECKING:
-                    from ._subagent import AgentTree
+                    from .._agents._subagent import AgentTree
                 """,
-            "_subagent.py": "from ._executor import X\n",
+            "_agents/__init__.py": "",
+            "_agents/_subagent.py": "from .._core._executor import X\n",
         },
     )
     assert violations(graph) == [
-        "_executor (core) imports _subagent (agents), a layer above it",
-        "import cycle: _executor -> _subagent -> _executor",
+        "_core._executor (core) imports _agents._subagent (agents), a layer above it",
+        "import cycle: _agents._subagent -> _core._executor -> _agents._subagent",
+    ]
+
+
+def test_a_planted_upward_import_in_the_real_package_fails(tmp_path: Path) -> None:
+    """The real tree, with one upward import planted in the executor, fails."""
+    graph = package_graph()
+    graph["_core._executor"] = graph["_core._executor"] | {"_tools._shell"}
+    assert violations(graph) == [
+        "_core._executor (core) imports _tools._shell (tools), a layer above it"
+    ]
+
+
+def test_a_folder_module_importing_the_public_face_fails(tmp_path: Path) -> None:
+    graph = _graph_with(
+        tmp_path,
+        {
+            "formats.py": "X = 1\n",
+            "_adapters/__init__.py": "",
+            "_adapters/_models.py": "from ..formats import X\n",
+        },
+    )
+    assert violations(graph) == [
+        "_adapters._models (integrations) imports formats (api), a layer above it"
     ]
 
 
@@ -283,31 +252,45 @@ def test_a_cycle_inside_one_layer_fails(tmp_path: Path) -> None:
     graph = _graph_with(
         tmp_path,
         {
-            "_batch.py": "def f():\n    from . import _executor\n",
-            "_executor.py": "from toolexec._callpath import run\n",
-            "_callpath.py": "from ._batch import f\n",
+            "_core/_batch.py": "def f():\n    from . import _executor\n",
+            "_core/_executor.py": "from toolexec._core._callpath import run\n",
+            "_core/_callpath.py": "from ._batch import f\n",
         },
     )
-    assert violations(graph) == ["import cycle: _batch -> _callpath -> _executor -> _batch"]
+    assert violations(graph) == [
+        "import cycle: _core._batch -> _core._callpath -> _core._executor -> _core._batch"
+    ]
 
 
-def test_an_unplaced_module_and_subpackage_imports_are_seen(tmp_path: Path) -> None:
+def test_an_unplaced_folder_and_subpackage_imports_are_seen(tmp_path: Path) -> None:
     graph = _graph_with(
         tmp_path,
         {
-            "_new.py": "X = 1\n",
+            "_new/__init__.py": "",
+            "_new/_thing.py": "X = 1\n",
             "mcp/__init__.py": "from ._client import C\n",
-            "mcp/_client.py": "from .._types import T\nfrom .. import _cli\n",
-            "_types.py": "T = 1\n",
-            "_cli.py": "C = 1\n",
+            "mcp/_client.py": "from .._core._types import T\nfrom .._cli._main import C\n",
+            "_core/_types.py": "T = 1\n",
+            "_cli/_main.py": "C = 1\n",
         },
     )
     assert graph["mcp"] == {"mcp._client"}
-    assert graph["mcp._client"] == {"_types", "_cli"}
+    assert graph["mcp._client"] == {"_core._types", "_cli._main"}
     assert violations(graph) == [
-        "_new: no layer; add it to LAYERS in tests/test_layers.py",
-        "mcp._client (integrations) imports _cli (cli), a layer above it",
+        "_new: its folder has no layer; add it to FOLDERS in tests/test_layers.py",
+        "_new._thing: its folder has no layer; add it to FOLDERS in tests/test_layers.py",
+        "mcp._client (integrations) imports _cli._main (cli), a layer above it",
     ]
+
+
+def test_layers_come_from_folders() -> None:
+    assert layer_of("_core._executor") == CORE
+    assert layer_of("_gate._policy") == CORE
+    assert layer_of("_tools._shell") == "tools"
+    assert layer_of("mcp._server") == "integrations"
+    assert layer_of("formats") == API
+    assert layer_of("_nowhere._x") is None
+    assert layer_of("_loose") is None
 
 
 @pytest.mark.parametrize(

@@ -15,10 +15,10 @@ import pytest
 import trio
 import trio.testing
 
-import toolexec._process
-import toolexec._reaper
+import toolexec._proc._process
+import toolexec._proc._reaper
 from conftest import ESCAPES, group_members
-from toolexec._process import (
+from toolexec._proc._process import (
     LineTail,
     OutputCapture,
     PipeCollector,
@@ -28,7 +28,7 @@ from toolexec._process import (
     supervise,
     terminate_group,
 )
-from toolexec._reaper import (
+from toolexec._proc._reaper import (
     _REAPER,
     Attempt,
     ReapedProcess,
@@ -37,7 +37,7 @@ from toolexec._reaper import (
     open_reaped,
     supervise_reaped,
 )
-from toolexec._supervisor import proc_stat, processes, signal_process
+from toolexec._proc._supervisor import proc_stat, processes, signal_process
 
 
 def _state(pid: int) -> str | None:
@@ -98,7 +98,7 @@ def one_by_one(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int]]:
         sent.append((pid, int(sig)))
         return real(pid, start, sig)
 
-    monkeypatch.setattr(toolexec._process, "signal_process", recording)
+    monkeypatch.setattr(toolexec._proc._process, "signal_process", recording)
     return sent
 
 
@@ -278,7 +278,7 @@ async def test_capture_is_bounded_and_counts_everything(
     pidfds: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     if not pidfds:
-        monkeypatch.setattr(toolexec._process, "_pidfd_open", None)
+        monkeypatch.setattr(toolexec._proc._process, "_pidfd_open", None)
     out, err = OutputCapture(1000), OutputCapture(10)
     seen: list[tuple[str, int]] = []
     collector = PipeCollector(out, err, lambda name, chunk: seen.append((name, len(chunk))))
@@ -456,7 +456,7 @@ async def test_a_killed_supervisor_is_started_again(tmp_path: Path) -> None:
 def test_when_toolexec_dies_the_supervisor_ends_everything_below_it(tmp_path: Path) -> None:
     program = f"""
 import sys, trio
-from toolexec._reaper import _REAPER
+from toolexec._proc._reaper import _REAPER
 sys.path.insert(0, {str(Path(__file__).parent)!r})
 from test_process import _run_reaped
 async def main():
@@ -498,7 +498,7 @@ async def test_where_the_supervisor_cannot_start_the_caller_is_told_once(
 ) -> None:
     refusing = "import socket, sys; socket.socket(fileno=int(sys.argv[1])).send(b'unsupported: no')"
     reaper = _Reaper(command=[sys.executable, "-c", refusing])
-    monkeypatch.setattr(toolexec._reaper, "_REAPER", reaper)
+    monkeypatch.setattr(toolexec._proc._reaper, "_REAPER", reaper)
     collector = PipeCollector(OutputCapture(10), OutputCapture(10))
     try:
         for _ in range(2):

@@ -254,7 +254,7 @@ def test_private_modules_do_not_import_the_tiers() -> None:
 
 def test_formats_does_not_import_the_model_adapters() -> None:
     imported = _imported_modules(SRC / "formats.py")
-    assert imported & {"toolexec._adapters", "toolexec.models"} == set()
+    assert imported & {"toolexec._adapters._models", "toolexec.models"} == set()
 
 
 def test_package_is_typed() -> None:

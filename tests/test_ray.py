@@ -41,8 +41,8 @@ from toolexec import (
     ToolRegistry,
     function_tool,
 )
-from toolexec._cli import main
-from toolexec._ray import _execute_remotely
+from toolexec._backends._ray import _execute_remotely
+from toolexec._cli._main import main
 from toolexec.backends import RayBackend
 from toolexec.policy import Allow, Decision, ExecutionGrant, RulePolicy
 from toolexec.testing import ScriptedModel, tool_call

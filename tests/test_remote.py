@@ -43,11 +43,8 @@ from toolexec import (
     ToolOutput,
     ToolRegistry,
     ToolResult,
-    _remote_cli,
 )
-from toolexec._cli import _load_policy, _parser, main
-from toolexec._process import open_group_process, reap
-from toolexec._remote_wire import (
+from toolexec._backends._remote_wire import (
     CallRequest,
     WireError,
     decode_output,
@@ -55,6 +52,9 @@ from toolexec._remote_wire import (
     encode_output,
     parse_line,
 )
+from toolexec._cli import _remote as _remote_cli
+from toolexec._cli._main import _load_policy, _parser, main
+from toolexec._proc._process import open_group_process, reap
 from toolexec.backends import RemoteBackend, serve_worker
 from toolexec.events import CallbackSink, CallProgress, CallUpdate, Event
 from toolexec.policy import ExecutionGrant, RulePolicy

@@ -422,7 +422,7 @@ def test_conflicts() -> None:
 def test_odd_declarations_and_paths_touch_everything_or_the_whole_workspace(
     ws: Workspace, caplog: pytest.LogCaptureFixture
 ) -> None:
-    from toolexec._path_keys import everything_for, path_key
+    from toolexec._tools._path_keys import everything_for, path_key
 
     root = path_key(ws, ".")
     assert path_key(ws, 42) == root  # not a path at all

@@ -38,8 +38,8 @@ from toolexec import (
     ToolRegistry,
     function_tool,
 )
-from toolexec._shell import ShellTool
-from toolexec._workspace import Workspace
+from toolexec._tools._shell import ShellTool
+from toolexec._tools._workspace import Workspace
 from toolexec.backends import SandboxLimits, SubprocessBackend
 from toolexec.events import CallbackSink, CallProgress, CallUpdate, Event
 from toolexec.policy import Allow, ExecutionGrant
@@ -528,7 +528,7 @@ def _context() -> Any:
 
 def test_the_launcher_imports_toolexec_only_to_run_a_function() -> None:
     """It is passed to ``python -I -S -c``: the standard library is all it has until then."""
-    from toolexec import _sandbox_child
+    from toolexec._backends import _sandbox_child
 
     source = Path(_sandbox_child.__file__).read_text()
     before, after = source.split("def _run_function", 1)

@@ -23,11 +23,10 @@ import trio
 
 import sandbox_tools
 from toolexec import ImageContent, JsonContent, TextContent, ToolContext, ToolOutput
-from toolexec import _sandbox as sandbox
-from toolexec import _sandbox_child as child
-from toolexec._errors import ToolError
-from toolexec._sandbox import Detection, _describe_signal, _keep, find_bwrap
-from toolexec._sandbox_codec import (
+from toolexec._backends import _sandbox as sandbox
+from toolexec._backends import _sandbox_child as child
+from toolexec._backends._sandbox import Detection, _describe_signal, _keep, find_bwrap
+from toolexec._backends._sandbox_codec import (
     call_context,
     context_to_json,
     locate,
@@ -35,6 +34,7 @@ from toolexec._sandbox_codec import (
     output_to_json,
     resolve,
 )
+from toolexec._core._errors import ToolError
 from toolexec.backends import SubprocessBackend
 
 

@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING
 import pytest
 
 from toolexec import ErrorClass, ToolCall, ToolDefinition, ToolExecutor, ToolRegistry
-from toolexec._shell import ShellTool
-from toolexec._workspace import Workspace
+from toolexec._tools._shell import ShellTool
+from toolexec._tools._workspace import Workspace
 from toolexec.backends import SubprocessBackend
 from toolexec.policy import Allow, Ask, Deny, ExecutionGrant, Rule, RulePolicy
 

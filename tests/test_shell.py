@@ -12,9 +12,9 @@ from typing import TYPE_CHECKING, Any
 import pytest
 import trio
 
-import toolexec._process
-import toolexec._reaper
-import toolexec._shell
+import toolexec._proc._process
+import toolexec._proc._reaper
+import toolexec._tools._shell
 from conftest import ESCAPES, group_members, open_fds, process_alive
 from toolexec import (
     Allow,
@@ -27,7 +27,7 @@ from toolexec import (
     ToolResult,
     Workspace,
 )
-from toolexec._process import OutputCapture
+from toolexec._proc._process import OutputCapture
 from toolexec.events import CallbackSink, CallCompleted, CallUpdate
 from toolexec.policy import ExecutionGrant
 from toolexec.tools import ShellTool
@@ -41,9 +41,9 @@ def mode(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str
     """How the shell runs a command: under the reaper (Linux), or in a process group
     (elsewhere) learning of its exit through a pidfd or through a task (no pidfds)."""
     if request.param != "reaper":
-        monkeypatch.setattr(toolexec._reaper._REAPER, "unsupported", "off for this test")
+        monkeypatch.setattr(toolexec._proc._reaper._REAPER, "unsupported", "off for this test")
     if request.param == "group, watcher task":
-        monkeypatch.setattr(toolexec._process, "_pidfd_open", None)
+        monkeypatch.setattr(toolexec._proc._process, "_pidfd_open", None)
     return str(request.param)
 
 
@@ -209,7 +209,7 @@ async def test_a_worker_that_stops_answering_is_given_up(
 ) -> None:
     # A command can SIGSTOP its worker (a documented limit): the call still
     # ends, and what the worker holds ends once it runs again.
-    monkeypatch.setattr(toolexec._reaper, "_REPORT_MARGIN", 0.2)
+    monkeypatch.setattr(toolexec._proc._reaper, "_REPORT_MARGIN", 0.2)
     command = "echo $PPID $$ > pids; sleep 1000 & echo $! >> pids; kill -STOP $PPID; wait"
     result = await shell(_executor(root, grace=0.1), command, timeout=0.5)
     assert result.error_class is ErrorClass.TIMEOUT
@@ -408,7 +408,7 @@ async def test_output_streams_to_the_host_as_it_is_read(root: Path) -> None:
 async def test_a_character_split_across_reads_is_streamed_whole() -> None:
     sent: list[tuple[str, Any]] = []
     ctx = ToolContext("c1", "shell", emit=lambda kind, payload: sent.append((kind, payload)))
-    listen = toolexec._shell._streamer(ctx)
+    listen = toolexec._tools._shell._streamer(ctx)
     for stream, chunk in [("stdout", b"caf\xc3"), ("stderr", b"\xe2\x82"), ("stdout", b"\xa9!")]:
         listen(stream, chunk)
     listen("stderr", b"\xac")

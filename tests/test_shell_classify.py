@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from toolexec import SideEffects
-from toolexec._shell_classify import _GLOB_SAFE, _OPTIONS, _PROGRAMS, classify_arguments
+from toolexec._tools._shell_classify import _GLOB_SAFE, _OPTIONS, _PROGRAMS, classify_arguments
 from toolexec.tools import classify_shell_command
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -37,8 +37,8 @@ from toolexec import (
     ToolRegistry,
     function_tool,
 )
-from toolexec._limits import Pools
-from toolexec._schema import compile_schema
+from toolexec._core._limits import Pools
+from toolexec._gate._schema import compile_schema
 from toolexec.testing import (
     OrderingError,
     OrderingMachine,

@@ -26,10 +26,10 @@ from toolexec import (
     Workspace,
     WorkspaceError,
     WorkspaceErrorKind,
-    _worker,
 )
-from toolexec._search import _SearchState, _take
-from toolexec._tree import walk_tree
+from toolexec._tools import _worker
+from toolexec._tools._search import _SearchState, _take
+from toolexec._tools._tree import walk_tree
 from toolexec.tools import EditFileTool, ListDirTool, ReadFileTool, SearchFilesTool
 
 if TYPE_CHECKING:

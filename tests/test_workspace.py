@@ -29,8 +29,8 @@ from toolexec import (
     WorkspaceErrorKind,
     register_builtin_tools,
 )
-from toolexec._display import show
-from toolexec._search import _SearchState
+from toolexec._core._display import show
+from toolexec._tools._search import _SearchState
 from toolexec.tools import EditFileTool, SearchFilesTool
 
 if TYPE_CHECKING:

@@ -32,21 +32,18 @@ from . import formats as formats
 from . import models as models
 from . import policy as policy
 from . import tools as tools
-from ._agent import AgentLoop, AgentResult, StopReason
-from ._batch import Batch, BatchOutcome, Steering
-from ._builtins import register_builtin_tools
-from ._errors import InternalError, RegistrationError, ToolError, ToolexecError
-from ._executor import ToolExecutor
-from ._function import FunctionTool, function_tool
-from ._limits import ConcurrencyConfig, ExecutorStatistics, PoolStatistics
-from ._plan import Batched, BatchPlan, ExecutionStrategy, Parallel, RunPlan, Sequential
-from ._policy import Allow, AllowAll, Ask, Deny, ToolPolicy
-from ._public import fixup_module_metadata as _fixup_module_metadata
-from ._registry import ToolRegistry
-from ._resource_keys import Resource
-from ._subagent import AgentTree, SubAgentTool, TreeLimits, TreeStatistics
-from ._tool import Tool, ToolContext
-from ._types import (
+from ._agents._agent import AgentLoop, AgentResult, StopReason
+from ._agents._subagent import AgentTree, SubAgentTool, TreeLimits, TreeStatistics
+from ._core._batch import Batch, BatchOutcome, Steering
+from ._core._errors import InternalError, RegistrationError, ToolError, ToolexecError
+from ._core._executor import ToolExecutor
+from ._core._limits import ConcurrencyConfig, ExecutorStatistics, PoolStatistics
+from ._core._plan import Batched, BatchPlan, ExecutionStrategy, Parallel, RunPlan, Sequential
+from ._core._public import fixup_module_metadata as _fixup_module_metadata
+from ._core._registry import ToolRegistry
+from ._core._resource_keys import Resource
+from ._core._tool_protocol import Tool, ToolContext
+from ._core._types import (
     ContentBlock,
     ErrorClass,
     ImageContent,
@@ -59,10 +56,13 @@ from ._types import (
     ToolOutput,
     ToolResult,
 )
-from ._workspace import Workspace
-from ._workspace_errors import WorkspaceError, WorkspaceErrorKind
+from ._core._version import VERSION as __version__
+from ._core._workspace_errors import WorkspaceError, WorkspaceErrorKind
+from ._gate._policy import Allow, AllowAll, Ask, Deny, ToolPolicy
+from ._tools._builtins import register_builtin_tools
+from ._tools._function import FunctionTool, function_tool
+from ._tools._workspace import Workspace
 
-__version__ = "0.1.0"
 
 __all__ = [
     "AgentLoop",

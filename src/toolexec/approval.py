@@ -21,7 +21,8 @@ Example::
 
 from __future__ import annotations
 
-from ._approval import (
+from ._core._public import fixup_module_metadata as _fixup_module_metadata
+from ._gate._approval import (
     ApprovalAnswer,
     ApprovalConfig,
     ApprovalMode,
@@ -31,7 +32,6 @@ from ._approval import (
     FirstAnswer,
     TerminalApprover,
 )
-from ._public import fixup_module_metadata as _fixup_module_metadata
 
 __all__ = [
     "ApprovalAnswer",

@@ -29,12 +29,12 @@ offers (docs/sandbox.md).
 
 from __future__ import annotations
 
-from ._backend import Backend, HostBackend
-from ._public import fixup_module_metadata as _fixup_module_metadata
-from ._ray import RayBackend
-from ._remote import RemoteBackend
-from ._remote_worker import serve_worker
-from ._sandbox import Detection, SandboxLimits, SubprocessBackend
+from ._backends._ray import RayBackend
+from ._backends._remote import RemoteBackend
+from ._backends._remote_worker import serve_worker
+from ._backends._sandbox import Detection, SandboxLimits, SubprocessBackend
+from ._core._backend import Backend, HostBackend
+from ._core._public import fixup_module_metadata as _fixup_module_metadata
 
 __all__ = [
     "Backend",

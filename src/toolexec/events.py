@@ -21,8 +21,7 @@ Example::
 
 from __future__ import annotations
 
-from ._audit import JsonlAuditSink
-from ._events import (
+from ._core._events import (
     ApprovalRequested,
     ApprovalResolved,
     BatchFinished,
@@ -40,8 +39,9 @@ from ._events import (
     RunFinished,
     RunStarted,
 )
-from ._public import fixup_module_metadata as _fixup_module_metadata
-from ._trace import TraceRecorder
+from ._core._public import fixup_module_metadata as _fixup_module_metadata
+from ._core._trace import TraceRecorder
+from ._gate._audit import JsonlAuditSink
 
 __all__ = [
     "ApprovalRequested",

@@ -24,8 +24,9 @@ Example::
 
 from __future__ import annotations
 
-from ._ipc_client import CallSpec, RunnerClient, ToolResponse, TrioRunnerClient
-from ._ipc_protocol import (
+from ._core._public import fixup_module_metadata as _fixup_module_metadata
+from ._ipc._client import CallSpec, RunnerClient, ToolResponse, TrioRunnerClient
+from ._ipc._protocol import (
     DEFAULT_MAX_LINE_BYTES,
     ERROR_CLASS_OF,
     PROTOCOL_SLUGS,
@@ -35,8 +36,7 @@ from ._ipc_protocol import (
     ToolCallMessage,
     decode_message,
 )
-from ._ipc_supervisor import AuditLog, RunnerConfig, RunnerStatistics, Supervisor
-from ._public import fixup_module_metadata as _fixup_module_metadata
+from ._ipc._supervisor import AuditLog, RunnerConfig, RunnerStatistics, Supervisor
 
 __all__ = [
     "AuditLog",

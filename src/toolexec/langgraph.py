@@ -32,12 +32,12 @@ from typing import TYPE_CHECKING, Any
 from langchain_core.messages import AIMessage, ToolMessage
 from langchain_core.tools import BaseTool, StructuredTool, ToolException
 
-from ._collect import Collector
-from ._public import fixup_module_metadata as _fixup_module_metadata
-from ._types import ToolCall
+from ._adapters._collect import Collector
+from ._core._public import fixup_module_metadata as _fixup_module_metadata
+from ._core._types import ToolCall
 
 if TYPE_CHECKING:
-    from ._types import ToolResult
+    from ._core._types import ToolResult
     from .aio import AsyncioExecutor
 
 __all__ = ["ToolexecNode", "as_langchain_tools", "to_tool_message"]

@@ -19,9 +19,9 @@ Example::
 
 from __future__ import annotations
 
-from ._adapters import AnthropicModel, OpenAIChatModel, OpenAIResponsesModel
-from ._model import Message, Model, ModelResponse, ProviderBlock, Usage
-from ._public import fixup_module_metadata as _fixup_module_metadata
+from ._adapters._models import AnthropicModel, OpenAIChatModel, OpenAIResponsesModel
+from ._agents._model import Message, Model, ModelResponse, ProviderBlock, Usage
+from ._core._public import fixup_module_metadata as _fixup_module_metadata
 
 __all__ = [
     "AnthropicModel",

@@ -29,16 +29,16 @@ from typing import TYPE_CHECKING, Any
 
 from agents import FunctionTool
 
-from ._collect import Collector
-from ._public import fixup_module_metadata as _fixup_module_metadata
-from ._types import ToolCall
+from ._adapters._collect import Collector
+from ._core._public import fixup_module_metadata as _fixup_module_metadata
+from ._core._types import ToolCall
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
     from agents import Tool, ToolContext
 
-    from ._types import ToolDefinition
+    from ._core._types import ToolDefinition
     from .aio import AsyncioExecutor
 
 __all__ = ["function_tools"]

@@ -51,7 +51,7 @@ from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.trace import Status, StatusCode
 
-from ._events import (
+from ._core._events import (
     ApprovalRequested,
     ApprovalResolved,
     BatchFinished,
@@ -63,14 +63,14 @@ from ._events import (
     RunFinished,
     RunStarted,
 )
-from ._public import fixup_module_metadata as _fixup_module_metadata
+from ._core._public import fixup_module_metadata as _fixup_module_metadata
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
     from opentelemetry.trace import Span, Tracer
 
-    from ._events import Event
+    from ._core._events import Event
 
 __all__ = ["OTelSink"]
 

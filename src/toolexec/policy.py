@@ -31,10 +31,10 @@ Example::
 
 from __future__ import annotations
 
-from ._hooks import CallHook, HookDecision, Rewrite, Skip
-from ._policy import Allow, AllowAll, Ask, Decision, Deny, ExecutionGrant, ToolPolicy
-from ._public import fixup_module_metadata as _fixup_module_metadata
-from ._rules import (
+from ._core._public import fixup_module_metadata as _fixup_module_metadata
+from ._gate._hooks import CallHook, HookDecision, Rewrite, Skip
+from ._gate._policy import Allow, AllowAll, Ask, Decision, Deny, ExecutionGrant, ToolPolicy
+from ._gate._rules import (
     Capabilities,
     CapabilityPolicy,
     CommandPrefix,

@@ -31,9 +31,9 @@ from pydantic_ai.tools import ToolDefinition as PydanticToolDefinition
 from pydantic_ai.toolsets import AbstractToolset, ToolsetTool
 from pydantic_core import SchemaValidator, core_schema
 
-from ._collect import Collector
-from ._public import fixup_module_metadata as _fixup_module_metadata
-from ._types import ToolCall
+from ._adapters._collect import Collector
+from ._core._public import fixup_module_metadata as _fixup_module_metadata
+from ._core._types import ToolCall
 
 if TYPE_CHECKING:
     from collections.abc import Iterable

@@ -42,11 +42,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from ._public import fixup_module_metadata as _fixup_module_metadata
-from ._types import ToolCall
+from ._core._public import fixup_module_metadata as _fixup_module_metadata
+from ._core._types import ToolCall
 
 if TYPE_CHECKING:
-    from ._batch import Batch
+    from ._core._batch import Batch
 
 __all__ = ["AnthropicFeed", "OpenAIChatFeed", "OpenAIResponsesFeed"]
 

@@ -22,14 +22,14 @@ Example::
 
 from __future__ import annotations
 
-from ._builtins import EchoTool
-from ._file_tools import EditFileTool, ListDirTool, ReadFileTool, WriteFileTool
-from ._public import fixup_module_metadata as _fixup_module_metadata
-from ._search import SearchFilesTool
-from ._shell import ShellTool
-from ._shell_classify import classify_shell_command
-from ._tool import ToolFactory
-from ._tree import DirEntry
+from ._core._public import fixup_module_metadata as _fixup_module_metadata
+from ._core._tool_protocol import ToolFactory
+from ._tools._builtins import EchoTool
+from ._tools._file_tools import EditFileTool, ListDirTool, ReadFileTool, WriteFileTool
+from ._tools._search import SearchFilesTool
+from ._tools._shell import ShellTool
+from ._tools._shell_classify import classify_shell_command
+from ._tools._tree import DirEntry
 
 __all__ = [
     "DirEntry",

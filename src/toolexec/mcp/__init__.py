@@ -62,12 +62,12 @@ Theory of operation.
   (the server, or children it started) gets SIGTERM, a grace period and
   SIGKILL, while its output is still read, so no descendant survives. This
   also happens when the enclosing scope is cancelled. Processes are
-  handled by ``toolexec._process``, as the shell tool's are.
+  handled by ``toolexec._proc._process``, as the shell tool's are.
 """
 
 from __future__ import annotations
 
-from .._public import fixup_module_metadata as _fixup_module_metadata
+from .._core._public import fixup_module_metadata as _fixup_module_metadata
 from ._config import MCPServerConfig, parse_mcp_servers
 from ._open import MCPServerSet, open_mcp_server, open_mcp_servers
 from ._server import MCPConnectionError, MCPServer, MCPTool

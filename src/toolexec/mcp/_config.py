@@ -15,7 +15,7 @@ from typing import Any
 
 import attrs
 
-from .._types import strings
+from .._core._types import strings
 
 __all__ = ["MCPServerConfig", "parse_mcp_servers"]
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from .._types import (
+from .._core._types import (
     ContentBlock,
     ImageContent,
     JsonContent,

@@ -18,12 +18,12 @@ from typing import TYPE_CHECKING, Any
 import attrs
 import trio
 
-from .._errors import RegistrationError
+from .._core._errors import RegistrationError
 from ._config import MCPServerConfig, parse_mcp_servers
 from ._server import MCPConnectionError, MCPServer, sole_leaf
 
 if TYPE_CHECKING:
-    from .._registry import ToolRegistry
+    from .._core._registry import ToolRegistry
 
 __all__ = ["MCPServerSet", "open_mcp_server", "open_mcp_servers"]
 

@@ -26,9 +26,9 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp.shared.exceptions import MCPError
 
-from .._errors import RegistrationError, ToolError, ToolexecError
-from .._schema import compile_schema
-from .._types import ToolDefinition
+from .._core._errors import RegistrationError, ToolError, ToolexecError
+from .._core._types import ToolDefinition
+from .._gate._schema import compile_schema
 from ._convert import convert_result, progress_text, side_effects
 from ._schemas import UnportableSchema, portable_schema
 from ._stdio import StdioProcess
@@ -36,9 +36,9 @@ from ._stdio import StdioProcess
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-    from .._registry import ToolRegistry
-    from .._tool import ToolContext
-    from .._types import ToolOutput
+    from .._core._registry import ToolRegistry
+    from .._core._tool_protocol import ToolContext
+    from .._core._types import ToolOutput
     from ._config import MCPServerConfig
 
 __all__ = ["MCPConnectionError", "MCPServer", "MCPTool", "sole_leaf"]
@@ -373,9 +373,9 @@ async def _connect(server: MCPServer, stack: contextlib.AsyncExitStack) -> None:
 
 
 def _version() -> str:
-    from .. import __version__
+    from .._core._version import VERSION
 
-    return __version__
+    return VERSION
 
 
 @attrs.define(eq=False)

@@ -1,7 +1,7 @@
 """The stdio transport: an MCP server as a child process speaking JSON-RPC lines.
 
 toolexec's own transport instead of the SDK's, so the server runs in a
-process group of its own (``toolexec._process``) that is ended whole, and
+process group of its own (``toolexec._proc._process``) that is ended whole, and
 the last lines of its stderr can be quoted when it fails. One task reads
 stdout into session messages, one writes session messages to stdin, one
 keeps the tail of stderr (logged at DEBUG). On close, stdin is closed, the
@@ -24,7 +24,7 @@ import trio
 from mcp.client.stdio import get_default_environment
 from mcp.shared.message import SessionMessage
 
-from .._process import LineTail, open_group_process, reap, terminate_group
+from .._proc._process import LineTail, open_group_process, reap, terminate_group
 
 if TYPE_CHECKING:
     from collections.abc import AsyncGenerator, AsyncIterator

@@ -41,7 +41,7 @@ Errors::
 
 from __future__ import annotations
 
-from .._public import fixup_module_metadata as _fixup_module_metadata
+from .._core._public import fixup_module_metadata as _fixup_module_metadata
 from ._document import OpenAPIError
 from ._source import OpenAPISource, OpenAPITool, open_openapi_source
 

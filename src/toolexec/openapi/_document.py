@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import httpx2
 import trio
 
-from .._errors import ToolexecError
+from .._core._errors import ToolexecError
 
 if TYPE_CHECKING:
     import os

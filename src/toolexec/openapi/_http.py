@@ -23,8 +23,8 @@ from urllib.parse import quote
 import httpx2
 import trio
 
-from .._errors import ToolError
-from .._types import ErrorClass, TextContent, ToolOutput
+from .._core._errors import ToolError
+from .._core._types import ErrorClass, TextContent, ToolOutput
 from ._operations import Param
 
 if TYPE_CHECKING:

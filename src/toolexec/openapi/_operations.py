@@ -23,9 +23,9 @@ from typing import Any
 
 import attrs
 
-from .._errors import RegistrationError
-from .._schema import compile_schema
-from .._types import SideEffects, ToolDefinition
+from .._core._errors import RegistrationError
+from .._core._types import SideEffects, ToolDefinition
+from .._gate._schema import compile_schema
 from ._auth import Credentials, credentials_for
 from ._document import OpenAPIError
 from ._schemas import Resolver, Unsupported, portable

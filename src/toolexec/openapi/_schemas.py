@@ -18,7 +18,7 @@ from urllib.parse import unquote
 
 import attrs
 
-from .._schema import COMBINATORS, SUBSCHEMA_MAPS, SUBSCHEMA_VALUES
+from .._gate._schema import COMBINATORS, SUBSCHEMA_MAPS, SUBSCHEMA_VALUES
 
 __all__ = ["Resolver", "Unsupported", "portable"]
 

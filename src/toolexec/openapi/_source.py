@@ -12,7 +12,7 @@ from urllib.parse import quote, quote_plus
 import attrs
 import httpx2
 
-from .._errors import RegistrationError, ToolError
+from .._core._errors import RegistrationError, ToolError
 from ._auth import secret_locations
 from ._document import OpenAPIError, load_document, openapi_version, server_url
 from ._http import send
@@ -22,9 +22,9 @@ from ._schemas import Resolver, Unsupported
 if TYPE_CHECKING:
     import os
 
-    from .._registry import ToolRegistry
-    from .._tool import ToolContext
-    from .._types import ToolDefinition, ToolOutput
+    from .._core._registry import ToolRegistry
+    from .._core._tool_protocol import ToolContext
+    from .._core._types import ToolDefinition, ToolOutput
 
 __all__ = ["OpenAPISource", "OpenAPITool", "open_openapi_source"]
 

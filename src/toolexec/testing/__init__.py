@@ -34,7 +34,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from .._public import fixup_module_metadata as _fixup_module_metadata
+from .._core._public import fixup_module_metadata as _fixup_module_metadata
 from ._batchcheck import OrderingError, check_batch
 from ._checks import Expected
 from ._scripted import ScriptedModel, ScriptedRequest, ScriptExhaustedError, Step, tool_call

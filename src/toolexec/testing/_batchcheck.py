@@ -14,9 +14,9 @@ from ._recording import record_batch
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
-    from .._batch import BatchOutcome
-    from .._executor import ToolExecutor
-    from .._types import ToolCall
+    from .._core._batch import BatchOutcome
+    from .._core._executor import ToolExecutor
+    from .._core._types import ToolCall
     from ._checks import Expected
     from ._recording import Recording
 

@@ -19,7 +19,7 @@ import attrs
 import hypothesis
 from hypothesis import HealthCheck, Phase, Verbosity, given
 
-from .._plan import Sequential
+from .._core._plan import Sequential
 from ._batchcheck import OrderingError, run_and_check
 from ._checks import as_expected, report
 from ._recording import record_batch
@@ -28,8 +28,8 @@ from ._strategies import tool_calls
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
-    from .._executor import ToolExecutor
-    from .._types import ToolCall
+    from .._core._executor import ToolExecutor
+    from .._core._types import ToolCall
     from ._checks import Expected
 
 __all__ = ["check_ordering", "sequential_reference"]

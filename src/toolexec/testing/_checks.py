@@ -22,13 +22,13 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any, TypeAlias
 
-from .._types import ErrorClass, RoutingClass, ToolResult
+from .._core._types import ErrorClass, RoutingClass, ToolResult
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Sequence
 
-    from .._executor import ToolExecutor
-    from .._types import ToolCall
+    from .._core._executor import ToolExecutor
+    from .._core._types import ToolCall
     from ._recording import Recording, Span
 
 __all__ = [

@@ -18,14 +18,14 @@ import attrs
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
-from .._plan import Sequential
+from .._core._plan import Sequential
 from ._batchcheck import OrderingError, run_and_check
 from ._checks import as_expected, report
 from ._recording import record_batch
 from ._strategies import tool_calls
 
 if TYPE_CHECKING:
-    from .._executor import ToolExecutor
+    from .._core._executor import ToolExecutor
 
 __all__ = ["OrderingMachine"]
 

@@ -26,18 +26,18 @@ import attrs
 import trio
 import trio.testing
 
-from .._function import FunctionTool
-from .._registry import ToolRegistry
-from .._types import RoutingClass
+from .._core._registry import ToolRegistry
+from .._core._types import RoutingClass
+from .._tools._function import FunctionTool
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator, Mapping, Sequence
 
-    from .._batch import BatchOutcome
-    from .._executor import ToolExecutor
-    from .._limits import ExecutorStatistics
-    from .._tool import Tool, ToolContext, ToolFactory
-    from .._types import ToolCall, ToolDefinition, ToolOutput
+    from .._core._batch import BatchOutcome
+    from .._core._executor import ToolExecutor
+    from .._core._limits import ExecutorStatistics
+    from .._core._tool_protocol import Tool, ToolContext, ToolFactory
+    from .._core._types import ToolCall, ToolDefinition, ToolOutput
 
 __all__ = ["Change", "Recording", "Span", "record_batch"]
 

@@ -30,7 +30,7 @@ from hypothesis import strategies as st
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
 
-    from .._schema import CompiledSchema
+    from .._gate._schema import CompiledSchema
 
 __all__ = ["BAD_JSON", "invalid_arguments", "tool_arguments", "values_for"]
 

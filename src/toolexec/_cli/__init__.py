@@ -1,0 +1,1 @@
+"""The ``toolexec`` command line."""

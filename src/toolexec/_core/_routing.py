@@ -1,0 +1,227 @@
+"""Plan time: decide, for each call, whether it runs and how.
+
+The user-facing story: docs/concepts.md, "Routing", and docs/security.md.
+
+Theory of operation. ``Planner.plan_call`` walks a call through a fixed
+sequence of steps, all synchronous and free of I/O: look the tool up, parse
+the arguments, validate them, ask the hooks, ask the policy, settle the
+approval mode, find the backend. Each step either records what it learned
+on the call's slot and returns ``None``, or returns the error result that
+answers the call at once (a *short-circuit*: no permit, no execution, and it
+never splits a run). A call that passes every step gets its routing class
+and is queued; the strategy then cuts the queued calls into runs.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+import attrs
+
+from .._gate._approval import ApprovalMode
+from .._gate._hooks import Rewrite, Skip
+from .._gate._policy import HOST_GRANT, Allow, Ask, Deny
+from . import _messages as say
+from ._lifecycle import CallSlot, State, error_result
+from ._types import ErrorClass, RoutingClass, SideEffects
+
+if TYPE_CHECKING:
+    from .._gate._approval import ApprovalConfig
+    from .._gate._hooks import CallHook
+    from .._gate._policy import ToolPolicy
+    from ._backend import Backend
+    from ._registry import RegisteredTool, ToolRegistry
+    from ._types import PathResolver, ToolResult
+
+__all__ = ["Planner"]
+
+_log = logging.getLogger("toolexec")
+
+_PROMPTED_BY_ASK = (ApprovalMode.AUTO, ApprovalMode.PROMPT_ONCE)
+
+
+@attrs.frozen
+class Planner:
+    """The plan-time half of an executor: its tools, gate and backends."""
+
+    registry: ToolRegistry
+    policy: ToolPolicy
+    hooks: tuple[CallHook, ...]
+    approval: ApprovalConfig | None
+    workspace: PathResolver | None
+    promoted: frozenset[str]
+    agent_path: str
+    backends: Mapping[str, Backend]
+
+    def plan_call(self, slot: CallSlot) -> None:
+        """Answer the call at once, or route it and queue it."""
+        failure = (
+            self._lookup(slot)
+            or self._parse(slot)
+            or self._validate(slot)
+            or (self._hooks(slot) if self.hooks else None)
+            or self._decide(slot)
+            or self._approval_mode(slot)
+            or self._backend(slot)
+        )
+        if failure is not None:
+            slot.finish(failure)
+            return
+        slot.routing = self._route(slot)
+        slot.advance(State.QUEUED)
+
+    def _lookup(self, slot: CallSlot) -> ToolResult | None:
+        slot.entry = self.registry.lookup(slot.call.name)
+        if slot.entry is None:
+            text = say.not_found(slot.call.name, self.registry.names())
+            return error_result(slot, ErrorClass.NOT_FOUND, text)
+        return None
+
+    def _parse(self, slot: CallSlot) -> ToolResult | None:
+        raw, name = slot.call.arguments, slot.call.name
+        if isinstance(raw, dict):
+            slot.arguments = raw
+            return None
+        if isinstance(raw, Mapping):
+            slot.arguments = dict(raw)
+            return None
+        if not isinstance(raw, str | bytes | bytearray):  # a value, not JSON text: say what
+            return error_result(slot, ErrorClass.INVALID_ARGUMENTS, say.not_an_object(name, raw))
+        try:
+            value = json.loads(raw) if raw.strip() else {}
+        except RecursionError:
+            return error_result(slot, ErrorClass.INVALID_ARGUMENTS, say.json_too_deep(name))
+        except (ValueError, AttributeError, TypeError) as exc:  # ValueError: 5000 digits
+            return error_result(slot, ErrorClass.INVALID_ARGUMENTS, say.json_invalid(name, exc))
+        if not isinstance(value, dict):
+            return error_result(slot, ErrorClass.INVALID_ARGUMENTS, say.not_an_object(name, value))
+        slot.arguments = value
+        return None
+
+    def _validate(self, slot: CallSlot, *, rewritten: bool = False) -> ToolResult | None:
+        assert slot.entry is not None
+        try:
+            if slot.entry.schema.is_valid(slot.arguments):
+                return None
+        except (TypeError, ValueError):
+            pass  # a value JSON has no type for: violations_of words it
+        violations = violations_of(slot.entry, slot.arguments)
+        if not violations:
+            return None
+        text = say.invalid(slot.call.name, violations, rewritten=rewritten)
+        return error_result(
+            slot, ErrorClass.INVALID_ARGUMENTS, text, details={"violations": violations}
+        )
+
+    def _hooks(self, slot: CallSlot) -> ToolResult | None:
+        for hook in self.hooks:
+            try:
+                decision = hook.before_call(slot.call, slot.arguments, self.agent_path)
+            except Exception as exc:
+                _log.exception("before_call hook %r raised; denying the call", hook)
+                text = say.hook_failed(slot.call.name, exc)
+                return error_result(slot, ErrorClass.PERMISSION_DENIED, text)
+            if decision is None:
+                continue
+            failure = self._apply_hook(slot, hook, decision)
+            if failure is not None:
+                return failure
+        return None
+
+    def _apply_hook(self, slot: CallSlot, hook: CallHook, decision: object) -> ToolResult | None:
+        name = slot.call.name
+        if isinstance(decision, Skip):
+            return error_result(slot, ErrorClass.SKIPPED, say.skipped_by_host(decision.reason))
+        if not isinstance(decision, Rewrite):  # fail closed, as for a hook that raises
+            _log.error("before_call hook %r returned %r, not a decision; denying", hook, decision)
+            text = say.hook_not_a_decision(name, decision)
+            return error_result(slot, ErrorClass.PERMISSION_DENIED, text)
+        if not isinstance(decision.arguments, Mapping):
+            _log.error("before_call hook %r rewrote to %r; denying", hook, decision.arguments)
+            text = say.bad_rewrite(name, decision.arguments)
+            return error_result(slot, ErrorClass.PERMISSION_DENIED, text)
+        slot.arguments = dict(decision.arguments)
+        return self._validate(slot, rewritten=True)
+
+    def _decide(self, slot: CallSlot) -> ToolResult | None:
+        assert slot.entry is not None
+        try:
+            decision = self.policy.decide(slot.entry.definition, slot.arguments, self.agent_path)
+        except Exception as exc:  # fail closed, like a hook that raises
+            _log.exception("policy %r raised; denying the call", self.policy)
+            decision = Deny(say.policy_failed(exc))
+        if not isinstance(decision, (Allow, Ask, Deny)):
+            decision = Deny(say.policy_not_a_decision(decision))
+        if isinstance(decision, Deny):
+            text = say.denied(slot.call.name, decision.reason)
+            return error_result(slot, ErrorClass.PERMISSION_DENIED, text)
+        slot.grant = decision.grant
+        if isinstance(decision, Ask):
+            slot.reason = decision.reason
+            slot.needs_approval = ApprovalMode.PROMPT
+        return None
+
+    def _approval_mode(self, slot: CallSlot) -> ToolResult | None:
+        if self.approval is None and slot.needs_approval is None:
+            return None  # nobody to ask, and the policy did not ask
+        assert slot.entry is not None
+        definition = slot.entry.definition
+        mode = ApprovalMode.AUTO
+        if self.approval is not None:
+            mode = self.approval.mode_for(definition, self.workspace)
+        if mode is ApprovalMode.DENY:
+            text = say.mode_denies(slot.call.name, definition.side_effects)
+            return error_result(slot, ErrorClass.PERMISSION_DENIED, text)
+        # A policy ``Ask`` is answered by a human whatever was remembered for
+        # the tool: prompt_once covers the tool, not this particular question.
+        if slot.needs_approval is ApprovalMode.PROMPT and mode in _PROMPTED_BY_ASK:
+            mode = ApprovalMode.PROMPT
+        slot.needs_approval = None if mode is ApprovalMode.AUTO else mode
+        return None
+
+    def _backend(self, slot: CallSlot) -> ToolResult | None:
+        grant = slot.grant or HOST_GRANT
+        if grant is HOST_GRANT or grant.sandbox == "host":
+            return None
+        slot.backend = self.backends.get(grant.sandbox)
+        if slot.backend is None:
+            text = say.unknown_sandbox(slot.call.name, grant.sandbox, ["host", *self.backends])
+            return error_result(slot, ErrorClass.EXECUTION_ERROR, text)
+        return None
+
+    def _route(self, slot: CallSlot) -> RoutingClass:
+        entry = slot.entry
+        assert entry is not None
+        definition = entry.definition
+        if definition.is_recursive:
+            return RoutingClass.CONCURRENT_MUT
+        if entry.read_only or _classified_read_only(entry, slot.arguments):
+            return RoutingClass.READ_ONLY
+        if definition.name in self.promoted:
+            return RoutingClass.CONCURRENT_MUT
+        return RoutingClass.SERIAL_MUT
+
+
+def _classified_read_only(entry: RegisteredTool, arguments: Mapping[str, Any]) -> bool:
+    classifier = entry.definition.classifier
+    if classifier is None:
+        return False
+    try:
+        effects = classifier(arguments)
+    except Exception:
+        _log.exception("classifier of tool %r raised; routing as declared", entry.definition.name)
+        return False
+    return isinstance(effects, SideEffects) and effects.is_read_only
+
+
+def violations_of(entry: RegisteredTool, arguments: Mapping[str, Any]) -> list[str]:
+    """What is wrong with ``arguments`` for the tool's schema (nothing: ``[]``)."""
+    try:
+        if entry.schema.is_valid(arguments):
+            return []
+        return entry.schema.violations(arguments) or ["$: the arguments do not match"]
+    except (TypeError, ValueError) as exc:  # a value JSON has no type for (bytes, ...)
+        return [f"$: {exc}; arguments must be JSON values"]

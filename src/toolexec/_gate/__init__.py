@@ -1,0 +1,1 @@
+"""The gate every call passes: schema validation, policy and rules, approval, hooks, audit."""

@@ -1,0 +1,1 @@
+"""The JSON-lines supervisor/runner protocol for agents in other processes."""

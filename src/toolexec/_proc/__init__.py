@@ -1,0 +1,1 @@
+"""Child processes: process groups, the reaper and its supervisor."""
