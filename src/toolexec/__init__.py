@@ -56,13 +56,14 @@ from ._core._types import (
     ToolOutput,
     ToolResult,
 )
-from ._core._version import VERSION as __version__
+from ._core._version import VERSION as _VERSION
 from ._core._workspace_errors import WorkspaceError, WorkspaceErrorKind
 from ._gate._policy import Allow, AllowAll, Ask, Deny, ToolPolicy
 from ._tools._builtins import register_builtin_tools
 from ._tools._function import FunctionTool, function_tool
 from ._tools._workspace import Workspace
 
+__version__ = _VERSION
 
 __all__ = [
     "AgentLoop",
