@@ -47,7 +47,7 @@ from .._core._executor import ToolExecutor
 from .._core._registry import ToolRegistry
 from .._core._trace import TraceRecorder
 from .._gate._approval import ApprovalConfig, AutoApprover, TerminalApprover
-from .._gate._policy import Allow, AllowAll, Ask
+from .._gate._policy import HOST, Allow, AllowAll, Ask
 from .._gate._rules import RulePolicy
 from .._tools._builtins import register_builtin_tools
 from .._tools._workspace import Workspace
@@ -150,8 +150,8 @@ def _parser() -> argparse.ArgumentParser:
     )
     run.add_argument(
         "--backend",
-        choices=("host", "ray"),
-        default="host",
+        choices=(HOST, "ray"),
+        default=HOST,
         help=(
             "where allowed calls run: host (this process, the default) or ray (every call "
             "the policy grants to the host runs on the Ray cluster of --ray-address instead)"
@@ -413,7 +413,7 @@ class _RoutedTo:
         self, definition: ToolDefinition, arguments: Mapping[str, Any], agent_path: str
     ) -> Decision:
         decision = self.inner.decide(definition, arguments, agent_path)
-        if isinstance(decision, Allow | Ask) and decision.grant.sandbox == "host":
+        if isinstance(decision, Allow | Ask) and decision.grant.sandbox == HOST:
             return attrs.evolve(decision, grant=attrs.evolve(decision.grant, sandbox=self.sandbox))
         return decision
 

@@ -52,11 +52,12 @@ class Backend(Protocol):
 
 @attrs.frozen
 class HostBackend:
-    """The default backend: the call runs in this process, on this trio loop."""
+    """The default backend: the call runs in this process, on this trio loop.
+
+    Its name, the sandbox of a grant that names no other, is ``"host"``;
+    every executor has it without being given it.
+    """
 
     async def run(self, tool: Tool, arguments: Mapping[str, Any], ctx: ToolContext) -> ToolOutput:
         """Await ``tool.execute(arguments, ctx)``."""
         return await tool.execute(arguments, ctx)
-
-
-HOST = "host"

@@ -19,6 +19,11 @@ if TYPE_CHECKING:
 __all__ = ["Allow", "AllowAll", "Ask", "Decision", "Deny", "ExecutionGrant", "ToolPolicy"]
 
 
+# The name of the built-in backend, the one that runs a call in this process on
+# this trio loop (``HostBackend``): the sandbox of a grant that names no other.
+HOST = "host"
+
+
 def _optional_positive(_inst: object, attr: attrs.Attribute[Any], value: float | None) -> None:
     if value is not None and not value > 0:
         raise ValueError(f"{attr.name} must be positive or None, got {value!r}")
@@ -36,7 +41,7 @@ class ExecutionGrant:
     passed to that backend and to the tool in ``ToolContext.grant``.
     """
 
-    sandbox: str = "host"
+    sandbox: str = HOST
     timeout: float | None = attrs.field(default=None, validator=_optional_positive)
     max_output_chars: int | None = attrs.field(default=None, validator=_optional_positive)
     limits: Mapping[str, Any] = attrs.field(factory=dict)
@@ -58,7 +63,7 @@ def tightest(grants: Iterable[ExecutionGrant]) -> ExecutionGrant:
     grant = ExecutionGrant()
     for g in grants:
         grant = ExecutionGrant(
-            grant.sandbox if grant.sandbox != "host" else g.sandbox,
+            grant.sandbox if grant.sandbox != HOST else g.sandbox,
             _tighter(grant.timeout, g.timeout),
             _tighter(grant.max_output_chars, g.max_output_chars),  # type: ignore[arg-type]
             {**g.limits, **grant.limits},

@@ -31,7 +31,7 @@ import attrs
 
 from .._core._types import strings
 from .._core._workspace_errors import WorkspaceError, WorkspaceErrorKind
-from ._policy import ALLOW, Allow, Ask, Decision, Deny, ExecutionGrant, ToolPolicy, tightest
+from ._policy import ALLOW, HOST, Allow, Ask, Decision, Deny, ExecutionGrant, ToolPolicy, tightest
 
 if TYPE_CHECKING:
     from .._core._types import PathResolver, ToolDefinition
@@ -200,7 +200,7 @@ def _tool_pattern(_inst: object, _attr: object, value: str) -> None:
 def _sandbox_name(_inst: object, _attr: object, value: str | None) -> None:
     if value is not None and (not isinstance(value, str) or not value):
         raise ValueError(
-            f"sandbox: the name of a backend ('host', 'subprocess', ...), got {value!r}"
+            f"sandbox: the name of a backend ({HOST!r}, 'subprocess', ...), got {value!r}"
         )
 
 
@@ -256,7 +256,7 @@ class Rule:
             return Deny(self.reason or f"the rule for '{self.tool}' denies it")
         if self.sandbox is None and not self.limits:
             return Ask(self.reason) if self.action == "ask" else ALLOW
-        grant = ExecutionGrant(sandbox=self.sandbox or "host", limits=dict(self.limits))
+        grant = ExecutionGrant(sandbox=self.sandbox or HOST, limits=dict(self.limits))
         return Ask(self.reason, grant) if self.action == "ask" else Allow(grant)
 
 
