@@ -1,4 +1,4 @@
-"""Calls that start together share one deadline: a cohort (``_callpath.Crew._cohort``).
+"""Calls that start together share one deadline: a cohort (``_workers.WorkerPool._cohort``).
 
 When the first call of a run blocks and the width lets every call left have
 a task of its own, those calls start in one scheduling pass, one task each,

@@ -493,7 +493,7 @@ async def test_waiting_calls_are_admitted_in_emitted_order(
 
 
 async def test_a_run_that_cannot_wait_needs_no_turns(autojump_clock: trio.abc.Clock) -> None:
-    from toolexec._core._callpath import may_wait
+    from toolexec._core._drive import may_wait
     from toolexec._core._lifecycle import CallSlot
 
     executor = ToolExecutor(echo_registry())

@@ -11,7 +11,7 @@ when it returns messages the calls not yet started are answered
 ``skipped``. A streamed batch (``ToolExecutor.open_batch``) is planned call
 by call as ``add`` receives them, cut into the same runs by the same
 strategy (``ExecutionStrategy.place``), and runs each run as soon as it is
-known to be open: every earlier run has finished. The run's ``Crew`` takes
+known to be open: every earlier run has finished. The run's ``WorkerPool`` takes
 its calls as they arrive, until the next run opens or ``close`` is called.
 ``Batch.cancel`` cancels the scope: trio unwinds every task, the
 scope absorbs its own cancellation, and each call without a result is
@@ -32,24 +32,18 @@ import attrs
 import trio
 
 from . import _messages as say
-from ._callpath import (
-    Crew,
-    Turns,
-    admit_in_order,
-    may_wait,
-    one_queue,
-    run_call,
-    run_solo,
-)
+from ._drive import AdmissionOrder, may_wait, one_queue, run_call, run_solo
 from ._errors import bare_interrupt
 from ._events import BatchFinished, BatchPlanned, RunFinished, RunStarted
 from ._lifecycle import CallSlot, State, error_result
 from ._report import Reporter
 from ._resources import run_keyed
 from ._types import ErrorClass, RoutingClass, ToolCall, ToolResult
+from ._workers import WorkerPool
 
 if TYPE_CHECKING:
-    from ._callpath import Runtime
+    from ._call import Runtime
+    from ._limits import Pools
     from ._plan import BatchPlan, ExecutionStrategy, RunPlan
 
 __all__ = ["Batch", "BatchOutcome", "Steering", "Stream"]
@@ -223,9 +217,9 @@ class Batch:
         self._report.emit(BatchPlanned, plan=self.plan)
         for i in self.plan.short_circuited:
             self._report.settle(self._slots[i])
-        solo = self._solo() if steer is None else None
-        if solo is not None:
-            await self._run_solo(*solo)
+        alone = self._alone() if steer is None else None
+        if alone is not None and choose_driver(self._runtime.pools, *alone, alone=True) == INLINE:
+            await self._run_solo(*alone)
             return ()
         with self._scope:
             for run in self.plan.runs:
@@ -251,14 +245,15 @@ class Batch:
                 routing, slots = stream.runs[k][0], stream.slots[k]
                 ids = tuple(s.call.id for s in slots)
                 report.emit(RunStarted, index=k, routing=routing, call_ids=ids)
-                crew = stream.crew = Crew(rt, slots, report, routing=routing, aside=self._aside)
+                workers = WorkerPool(rt, slots, report, routing=routing, aside=self._aside)
+                stream.workers = workers
                 if stream.closed or k + 1 < len(stream.runs):
-                    crew.close()
-                await crew.run()
-                stream.crew = None
+                    workers.close()
+                await workers.run()
+                stream.workers = None
                 report.emit(RunFinished, index=k)
                 k += 1
-                if crew.blocked and (k < len(stream.runs) or not stream.closed):
+                if workers.blocked and (k < len(stream.runs) or not stream.closed):
                     await trio.lowlevel.checkpoint()  # as between planned runs
                 if steer is not None and (messages := await _poll(steer)):
                     break
@@ -269,20 +264,19 @@ class Batch:
         return messages
 
     def _aside(self, slot: CallSlot) -> bool:
-        """Whether a streamed call goes through ``run_call`` (a human, or a tool cap)."""
+        """Whether a worker hands a call to ``run_call`` (a human, or a tool cap)."""
         return slot.needs_approval is not None or slot.call.name in self._runtime.pools.per_tool
 
-    def _solo(self) -> tuple[RunPlan, CallSlot] | None:
-        """The batch's run and call, if it is one call waiting in its class pool alone."""
+    def _alone(self) -> tuple[RunPlan, list[CallSlot]] | None:
+        """The batch's run and call, if it has one call in one run."""
         runs = self.plan.runs
-        if len(runs) != 1 or len(runs[0].call_indices) != 1 or runs[0].keyed:
+        if len(runs) != 1 or len(runs[0].call_indices) != 1:
             return None
-        slot = self._slots[runs[0].call_indices[0]]
-        return (runs[0], slot) if one_queue(self._runtime.pools, (slot,)) else None
+        return runs[0], [self._slots[runs[0].call_indices[0]]]
 
-    async def _run_solo(self, run: RunPlan, slot: CallSlot) -> None:
+    async def _run_solo(self, run: RunPlan, slots: list[CallSlot]) -> None:
         """Run the batch's only call in this task (``run_solo``), between its run's events."""
-        report = self._report
+        report, slot = self._report, slots[0]
         report.emit(RunStarted, index=run.index, routing=run.routing, call_ids=run.call_ids)
         await run_solo(self._runtime, slot, report, self._scope, self._host_cancelled)
         report.emit(RunFinished, index=run.index)
@@ -296,13 +290,14 @@ class Batch:
         report.emit(RunStarted, index=run.index, routing=run.routing, call_ids=run.call_ids)
         slots = [self._slots[i] for i in run.call_indices]
         blocked = True
-        if run.keyed:  # resource-keyed conflicts: _resources
+        driver = choose_driver(rt.pools, run, slots)
+        if driver == KEYED:  # resource-keyed conflicts: _resources
             await run_keyed(rt, slots, report)
-        elif one_queue(rt.pools, slots):
-            crew = Crew(rt, slots, report)
-            await crew.run()
-            blocked = crew.blocked
-        elif run.routing is RoutingClass.SERIAL_MUT or len(slots) == 1:
+        elif driver == WORKERS:
+            workers = WorkerPool(rt, slots, report, aside=self._aside)
+            await workers.run()
+            blocked = workers.blocked
+        elif driver == IN_ORDER:
             for slot in slots:
                 await run_call(rt, slot, report)
         else:
@@ -311,17 +306,13 @@ class Batch:
         return blocked
 
     async def _run_together(self, slots: list[CallSlot]) -> None:
-        """Start a run's calls together, admitted in emitted order where they wait."""
+        """Start a run's calls together, a task each, admitted in emitted order where they wait."""
         rt, report = self._runtime, self._report
-        ordered = may_wait(rt.pools, slots)
+        order = AdmissionOrder(len(slots)) if may_wait(rt.pools, slots) else None
         async with trio.open_nursery() as nursery:
-            if ordered and one_queue(rt.pools, slots):
-                await admit_in_order(rt, slots, report, nursery)
-                return
-            turns = Turns(len(slots)) if ordered else None
             for i, slot in enumerate(slots):
-                turn = None if turns is None else turns.turn(i)
-                nursery.start_soon(run_call, rt, slot, report, turn)
+                place = None if order is None else order.place(i)
+                nursery.start_soon(run_call, rt, slot, report, place)
 
     def _finish(self, messages: tuple[str, ...]) -> BatchOutcome:
         self._finished = True
@@ -353,7 +344,7 @@ class Stream:
     make_plan: Callable[[Sequence[CallSlot]], BatchPlan]
     runs: list[tuple[RoutingClass, list[int]]] = attrs.field(factory=list)
     slots: list[list[CallSlot]] = attrs.field(factory=list)  # each run's calls
-    crew: Crew | None = None  # the crew running the last run, while it runs
+    workers: WorkerPool | None = None  # the workers running the last run, while it runs
     closed: bool = False
     _changed: trio.Event | None = None
 
@@ -361,20 +352,20 @@ class Stream:
         """Put a planned call in its run: the live one, or a new one (closing the live one)."""
         if self.strategy.place(self.runs, slot.index, slot.routing):
             self.slots.append([slot])
-            if self.crew is not None:
-                self.crew.close()
+            if self.workers is not None:
+                self.workers.close()
             self._wake()
         else:
             self.slots[-1].append(slot)
-            if self.crew is not None:
-                self.crew.offer()
+            if self.workers is not None:
+                self.workers.offer()
 
     def close(self) -> None:
         """No more calls."""
         if not self.closed:
             self.closed = True
-            if self.crew is not None:
-                self.crew.close()
+            if self.workers is not None:
+                self.workers.close()
             self._wake()
 
     async def opened(self, k: int) -> bool:
@@ -387,6 +378,35 @@ class Stream:
     def _wake(self) -> None:
         if self._changed is not None:
             self._changed.set()
+
+
+# Who drives a run's calls through their lifecycle (docs/concepts.md, "Admission").
+INLINE = "inline"  # the batch's own task: its only call (``_drive.run_solo``)
+WORKERS = "workers"  # a worker pool (``_workers.WorkerPool``)
+TASKS = "tasks"  # a task per call, admitted in emitted order (``_drive.run_call``)
+IN_ORDER = "in order"  # one call after another in the batch's task (``_drive.run_call``)
+KEYED = "keyed"  # a task per call, after the calls it conflicts with (``_resources``)
+
+
+def choose_driver(
+    pools: Pools, run: RunPlan, slots: Sequence[CallSlot], *, alone: bool = False
+) -> str:
+    """Who drives a run's calls: one of ``INLINE``, ``WORKERS``, ``TASKS``,
+    ``IN_ORDER``, ``KEYED``. ``alone``: the run is a batch's only call.
+
+    Every driver takes each call through the same lifecycle (``_call``); the
+    choice changes the cost, never the results, events or hook calls (the
+    stress suite runs every driver on the same batches). A serial run is
+    never driven by a task per call: its calls would ask their humans at
+    once, and the answers could admit them out of emitted order.
+    """
+    if run.keyed:
+        return KEYED
+    if one_queue(pools, slots):
+        return INLINE if alone else WORKERS
+    if run.routing is RoutingClass.SERIAL_MUT or len(slots) == 1:
+        return IN_ORDER
+    return TASKS
 
 
 def _in_run(token: trio.lowlevel.TrioToken) -> bool:

@@ -4,7 +4,9 @@ Events are frozen values. Every event names the agent path it happened in
 (``root``, ``root/researcher#2``) and the batch; times are trio clock times.
 An event of a sub-agent's batch also names the call that started the
 sub-agent (``parent_batch_id``, ``parent_call_id``); at the root both are
-``None``.
+``None``. These fields, common to all, are declared once
+(``_EventFields``) and come first in every event's fields and repr.
+
 Sinks are synchronous and must not block: emitting happens on the call's
 path. A sink that raises is logged and otherwise ignored; a full channel
 sink drops the event and counts it.
@@ -47,108 +49,83 @@ _log = logging.getLogger("toolexec.events")
 
 
 @attrs.frozen(kw_only=True)
-class BatchPlanned:
-    """A batch was routed and cut into runs; ``plan`` shows them."""
+class _EventFields:
+    """The fields every event has, first and in this order: where and when.
+
+    Each event class adds its own after them. All are keyword-only, so the
+    common fields with defaults may come before an event's required ones.
+    """
 
     agent_path: str
     batch_id: str
     time: float
     parent_batch_id: str | None = None
     parent_call_id: str | None = None
+
+
+@attrs.frozen(kw_only=True)
+class BatchPlanned(_EventFields):
+    """A batch was routed and cut into runs; ``plan`` shows them."""
+
     plan: BatchPlan
 
 
 @attrs.frozen(kw_only=True)
-class RunStarted:
+class RunStarted(_EventFields):
     """Run ``index`` of a batch began (the previous run has ended)."""
 
-    agent_path: str
-    batch_id: str
-    time: float
-    parent_batch_id: str | None = None
-    parent_call_id: str | None = None
     index: int
     routing: RoutingClass
     call_ids: tuple[str, ...]
 
 
 @attrs.frozen(kw_only=True)
-class RunFinished:
+class RunFinished(_EventFields):
     """Every call of run ``index`` has its result."""
 
-    agent_path: str
-    batch_id: str
-    time: float
-    parent_batch_id: str | None = None
-    parent_call_id: str | None = None
     index: int
 
 
 @attrs.frozen(kw_only=True)
-class CallStarted:
+class CallStarted(_EventFields):
     """A call was admitted and its tool began executing."""
 
-    agent_path: str
-    batch_id: str
-    time: float
-    parent_batch_id: str | None = None
-    parent_call_id: str | None = None
     call_id: str
     tool_name: str
     routing: RoutingClass
 
 
 @attrs.frozen(kw_only=True)
-class CallProgress:
+class CallProgress(_EventFields):
     """A running tool reported progress (host-only text)."""
 
-    agent_path: str
-    batch_id: str
-    time: float
-    parent_batch_id: str | None = None
-    parent_call_id: str | None = None
     call_id: str
     tool_name: str
     message: str
 
 
 @attrs.frozen(kw_only=True)
-class CallUpdate:
+class CallUpdate(_EventFields):
     """A running tool streamed a partial output (host-only)."""
 
-    agent_path: str
-    batch_id: str
-    time: float
-    parent_batch_id: str | None = None
-    parent_call_id: str | None = None
     call_id: str
     tool_name: str
     partial: ToolOutput
 
 
 @attrs.frozen(kw_only=True)
-class CallCompleted:
+class CallCompleted(_EventFields):
     """A call finished without error."""
 
-    agent_path: str
-    batch_id: str
-    time: float
-    parent_batch_id: str | None = None
-    parent_call_id: str | None = None
     call_id: str
     tool_name: str
     duration: float
 
 
 @attrs.frozen(kw_only=True)
-class CallFailed:
+class CallFailed(_EventFields):
     """A call got an error result (of any class, including skipped)."""
 
-    agent_path: str
-    batch_id: str
-    time: float
-    parent_batch_id: str | None = None
-    parent_call_id: str | None = None
     call_id: str
     tool_name: str
     error_class: ErrorClass
@@ -157,42 +134,27 @@ class CallFailed:
 
 
 @attrs.frozen(kw_only=True)
-class InputInvalid:
+class InputInvalid(_EventFields):
     """A call's arguments did not parse or failed the schema."""
 
-    agent_path: str
-    batch_id: str
-    time: float
-    parent_batch_id: str | None = None
-    parent_call_id: str | None = None
     call_id: str
     tool_name: str
     violations: tuple[str, ...]
 
 
 @attrs.frozen(kw_only=True)
-class ApprovalRequested:
+class ApprovalRequested(_EventFields):
     """A call waits for a human decision (it holds no permit meanwhile)."""
 
-    agent_path: str
-    batch_id: str
-    time: float
-    parent_batch_id: str | None = None
-    parent_call_id: str | None = None
     call_id: str
     tool_name: str
     summary: str
 
 
 @attrs.frozen(kw_only=True)
-class ApprovalResolved:
+class ApprovalResolved(_EventFields):
     """A pending approval was answered (or timed out)."""
 
-    agent_path: str
-    batch_id: str
-    time: float
-    parent_batch_id: str | None = None
-    parent_call_id: str | None = None
     call_id: str
     tool_name: str
     approved: bool
@@ -200,14 +162,9 @@ class ApprovalResolved:
 
 
 @attrs.frozen(kw_only=True)
-class BatchFinished:
+class BatchFinished(_EventFields):
     """Every call of a batch has its result."""
 
-    agent_path: str
-    batch_id: str
-    time: float
-    parent_batch_id: str | None = None
-    parent_call_id: str | None = None
     steering_messages: tuple[str, ...]
     cancelled: bool
 

@@ -3,7 +3,7 @@
 Theory of operation. This module only assembles the parts and holds the
 configuration; the work is done elsewhere:
 
-1. *Plan* (``_planning.Planner``; synchronous, no I/O): each call is looked
+1. *Plan* (``_routing.Planner``; synchronous, no I/O): each call is looked
    up, its arguments parsed and validated, hooks and the policy asked, its
    approval mode settled and its backend found. A failure at any step is a
    short-circuit: an error result at once, no permit, no split run. The rest
@@ -11,10 +11,12 @@ configuration; the work is done elsewhere:
    one class, in emitted order (``_plan``).
 2. *Run* (``_batch.Batch``): runs one after another, serial runs call by
    call in emitted order, steering between runs, host cancel.
-3. *Call* (``_callpath.run_call``): approval first (a waiting human holds no
-   permit), then the tool's limiter and the class limiter, then the tool (or
-   its backend) under its deadline. Every exception a tool raises becomes a
-   result; ``trio.Cancelled`` and ``KeyboardInterrupt`` are never caught.
+3. *Call* (``_call``): one lifecycle, whoever drives it (``_drive``,
+   ``_workers``): approval first (a waiting human holds no permit), then the
+   tool's limiter and the class limiter, then the tool (or its backend)
+   under its deadline, in its own copy of the context. Every exception a
+   tool raises becomes a result; ``trio.Cancelled`` and ``KeyboardInterrupt``
+   are never caught.
 
 An executor never changes after it is built: a sub-agent's is a fork
 (``fork_for_subagent``), which may name a narrower registry and policy.
@@ -33,7 +35,8 @@ from .._gate._asker import ApprovalMemory, Asker
 from .._gate._policy import AllowAll, ToolPolicy
 from ._backend import Backend
 from ._batch import Batch, BatchOutcome, Steering, Stream
-from ._callpath import RunBinding, Runtime, run_alone
+from ._call import RunBinding, Runtime
+from ._drive import run_alone
 from ._lifecycle import CallSlot
 from ._limits import ConcurrencyConfig, ExecutorStatistics, Pools
 from ._plan import BatchPlan, ExecutionStrategy, Parallel, RunPlan
@@ -232,27 +235,27 @@ class ToolExecutor:
         if approval is None and self.approver is not None:
             approval = ApprovalConfig()
         planner = Planner(
-            self.registry,
-            self.policy,
-            self.hooks,
-            approval,
-            self.workspace,
-            self.config.promoted,
-            self.agent_path,
-            dict(self.backends),
+            registry=self.registry,
+            policy=self.policy,
+            hooks=self.hooks,
+            approval=approval,
+            workspace=self.workspace,
+            promoted=self.config.promoted,
+            agent_path=self.agent_path,
+            backends=dict(self.backends),
         )
         runtime = Runtime(
-            self.agent_path,
-            self.session_id,
-            self.workspace,
-            self.grace_period,
-            pools,
-            self.sinks,
-            self.hooks,
-            Asker(self.approver, approval, self._memory, self.agent_path),
-            self.services,
-            self,
-            self.parent_call,
+            agent_path=self.agent_path,
+            session_id=self.session_id,
+            workspace=self.workspace,
+            grace_period=self.grace_period,
+            pools=pools,
+            sinks=self.sinks,
+            hooks=self.hooks,
+            asker=Asker(self.approver, approval, self._memory, self.agent_path),
+            services=self.services,
+            executor=self,
+            parent_call=self.parent_call,
             binding=self._binding,
         )
         for name, value in (

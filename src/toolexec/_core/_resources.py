@@ -36,14 +36,14 @@ from typing import TYPE_CHECKING
 
 import trio
 
-from ._callpath import run_call
+from ._drive import run_call
 from ._resource_keys import Resource
 from ._types import RoutingClass
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from ._callpath import Runtime
+    from ._call import Runtime
     from ._lifecycle import CallSlot
     from ._plan import ExecutionStrategy
     from ._report import Reporter

@@ -43,7 +43,7 @@ _log = logging.getLogger("toolexec")
 _PROMPTED_BY_ASK = (ApprovalMode.AUTO, ApprovalMode.PROMPT_ONCE)
 
 
-@attrs.frozen
+@attrs.frozen(kw_only=True)
 class Planner:
     """The plan-time half of an executor: its tools, gate and backends."""
 

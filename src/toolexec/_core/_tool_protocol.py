@@ -57,7 +57,7 @@ ToolFactory = Callable[[], Tool]
 _log = logging.getLogger("toolexec.tools")
 
 
-def _drop(_kind: str, _payload: Any) -> None:
+def drop_update(_kind: str, _payload: Any) -> None:
     return None
 
 
@@ -125,7 +125,7 @@ class ToolContext:
     grace_period: float = 5.0
     _executor: object = attrs.field(default=None, alias="executor", repr=False)
     _services: Services = attrs.field(factory=Services, alias="services", repr=False)
-    _emit: Callable[[str, Any], None] = attrs.field(default=_drop, alias="emit", repr=False)
+    _emit: Callable[[str, Any], None] = attrs.field(default=drop_update, alias="emit", repr=False)
     batch_id: str = ""
 
     @overload
@@ -158,7 +158,7 @@ class ToolContext:
 
         A tool can skip building updates nobody receives.
         """
-        return self._emit is not _drop
+        return self._emit is not drop_update
 
     def report_progress(self, message: str) -> None:
         """Tell the host how the call is going (never shown to the model).
