@@ -62,7 +62,7 @@ if TYPE_CHECKING:
 
     from toolexec import ToolResult
 
-MODES = ("auto", batch_module.WORKERS, batch_module.TASKS, batch_module.IN_ORDER)
+MODES = ("auto", batch_module.WORKERS_AND_TASKS, batch_module.TASKS, batch_module.IN_ORDER)
 SEEN: contextvars.ContextVar[str] = contextvars.ContextVar("SEEN", default="unset")
 
 

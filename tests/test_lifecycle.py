@@ -25,6 +25,7 @@ SEEN: contextvars.ContextVar[str] = contextvars.ContextVar("SEEN", default="unse
 DRIVERS = [
     batch_module.INLINE,
     batch_module.WORKERS,
+    batch_module.WORKERS_AND_TASKS,
     batch_module.TASKS,
     batch_module.IN_ORDER,
 ]

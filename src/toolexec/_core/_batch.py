@@ -293,8 +293,9 @@ class Batch:
         driver = choose_driver(rt.pools, run, slots)
         if driver == KEYED:  # resource-keyed conflicts: _resources
             await run_keyed(rt, slots, report)
-        elif driver == WORKERS:
-            workers = WorkerPool(rt, slots, report, aside=self._aside)
+        elif driver in (WORKERS, WORKERS_AND_TASKS):
+            aside = self._aside if driver == WORKERS_AND_TASKS else None
+            workers = WorkerPool(rt, slots, report, aside=aside)
             await workers.run()
             blocked = workers.blocked
         elif driver == IN_ORDER:
@@ -383,6 +384,9 @@ class Stream:
 # Who drives a run's calls through their lifecycle (docs/concepts.md, "Admission").
 INLINE = "inline"  # the batch's own task: its only call (``_drive.run_solo``)
 WORKERS = "workers"  # a worker pool (``_workers.WorkerPool``)
+# A worker pool that hands each call waiting for a human or its tool's cap to
+# a task of its own (``_drive.run_call``): a streamed run's driver.
+WORKERS_AND_TASKS = "workers and tasks"
 TASKS = "tasks"  # a task per call, admitted in emitted order (``_drive.run_call``)
 IN_ORDER = "in order"  # one call after another in the batch's task (``_drive.run_call``)
 KEYED = "keyed"  # a task per call, after the calls it conflicts with (``_resources``)
@@ -391,8 +395,9 @@ KEYED = "keyed"  # a task per call, after the calls it conflicts with (``_resour
 def choose_driver(
     pools: Pools, run: RunPlan, slots: Sequence[CallSlot], *, alone: bool = False
 ) -> str:
-    """Who drives a run's calls: one of ``INLINE``, ``WORKERS``, ``TASKS``,
-    ``IN_ORDER``, ``KEYED``. ``alone``: the run is a batch's only call.
+    """Who drives a planned run's calls: one of ``INLINE``, ``WORKERS``, ``TASKS``,
+    ``IN_ORDER``, ``KEYED`` (a streamed run's is ``WORKERS_AND_TASKS``).
+    ``alone``: the run is a batch's only call.
 
     Every driver takes each call through the same lifecycle (``_call``); the
     choice changes the cost, never the results, events or hook calls (the

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import math
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import trio
 
@@ -99,8 +99,10 @@ class WorkerPool:
         "_limiter",
         "_next",
         "_nursery",
+        "_on_block",
         "_report",
         "_rt",
+        "_running",
         "_slots",
         "_timed_out",
         "_width",
@@ -139,6 +141,9 @@ class WorkerPool:
         self._hired = 1  # workers started, the batch's task included
         self._coming = 0  # of them, those that have not run yet
         self._nursery: trio.Nursery | None = None
+        self._on_block = self._blocked_first
+        # The call in its first step: [slot, worker scope, start, whether it blocked].
+        self._running: list[Any] = []
         self.blocked = False  # whether any call of the run reached a checkpoint
 
     async def run(self) -> None:
@@ -315,31 +320,35 @@ class WorkerPool:
 
         The tool's first step runs here. If it finishes in it, it never
         reached a checkpoint. Otherwise the call gets its deadline on
-        ``scope`` and the pool hires (``execute``'s ``on_block``). A
-        deadline that cancels the tool propagates to ``scope``; the worker
-        answers the call once the scope has absorbed it (``_work``); an
-        enclosing scope cancelled in the same instant wins.
+        ``scope`` and the pool hires (``_on_block``, called by ``execute``
+        before the tool's first trap goes to trio, so no other worker has
+        run since ``_running`` was set). A deadline that cancels the tool
+        propagates to ``scope``; the worker answers the call once the scope
+        has absorbed it (``_work``); an enclosing scope cancelled in the same
+        instant wins.
         """
         report = self._report
         start = begin(slot, report)
-        blocked = False
-
-        def on_block() -> None:
-            nonlocal blocked
-            blocked = True
-            scope.deadline = start + deadline_of(slot)
-            self._hire()
-
+        running: list[Any] = [slot, scope, start, False]
+        self._running = running
         try:
-            output, failure = await execute(self._rt, slot, report, on_block)
+            output, failure = await execute(self._rt, slot, report, self._on_block)
         except BaseException as exc:
-            if blocked and scope.cancel_called and not isinstance(exc, GeneratorExit):
+            if running[3] and scope.cancel_called and not isinstance(exc, GeneratorExit):
                 self._timed_out[scope] = (slot, start)
             raise
+        blocked = bool(running[3])
         if blocked and scope.cancel_called:  # the tool outlived its deadline
             failure = timed_out(slot)
         conclude(slot, report, output, failure, start)
         return blocked
+
+    def _blocked_first(self) -> None:
+        """The running call first blocked: its deadline starts to matter; hire."""
+        running = self._running
+        running[3] = True
+        running[1].deadline = running[2] + deadline_of(running[0])
+        self._hire()
 
 
 # The scope of a worker whose calls cannot block: never entered, as no
