@@ -6,6 +6,11 @@ portable subset that every provider accepts. It is then compiled once with
 ``jsonschema_rs``; per call we only ask the compiled validator ``is_valid``
 (well under a microsecond for typical arguments) and build the list of
 violations, each with its JSON path, only for arguments that fail.
+
+Both libraries are imported by ``compile_schema``, when the first tool is
+registered, not with this module: ``import toolexec`` does not pay for them,
+and ``jsonschema`` (the slower import by far) only loads to word the error
+of a schema the compiled meta-check refused.
 """
 
 from __future__ import annotations
@@ -15,8 +20,6 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 import attrs
-import jsonschema
-import jsonschema_rs
 
 from .._core._errors import RegistrationError
 from .._core._messages import clip
@@ -132,18 +135,27 @@ def compile_schema(schema: Mapping[str, Any], *, tool: str) -> CompiledSchema:
             f"tool {tool!r}: input_schema must be a JSON Schema object with "
             f'"type": "object" (tool arguments are always a JSON object)'
         )
-    try:
-        # The compiled meta-check is ~50x faster; jsonschema words the error.
-        if not jsonschema_rs.meta.is_valid(dict(schema)):
-            jsonschema.Draft202012Validator.check_schema(schema)
-    except jsonschema.SchemaError as exc:
-        path = "/".join(str(p) for p in exc.absolute_path) or "(root)"
-        raise RegistrationError(
-            f"tool {tool!r}: input_schema is not a valid JSON Schema at {path}: {exc.message}"
-        ) from None
+    import jsonschema_rs
+
+    # The compiled meta-check is ~50x faster; jsonschema words the error.
+    if not jsonschema_rs.meta.is_valid(dict(schema)):
+        _check_meta_schema(schema, tool)
     _check_subset(schema, "#", tool)
     try:
         validator = jsonschema_rs.Draft202012Validator(dict(schema))
     except Exception as exc:  # e.g. a regex the compiled engine does not support
         raise RegistrationError(f"tool {tool!r}: input_schema cannot be compiled: {exc}") from None
     return CompiledSchema(schema, validator=validator)
+
+
+def _check_meta_schema(schema: Mapping[str, Any], tool: str) -> None:
+    """Raise ``RegistrationError`` worded by ``jsonschema`` for an invalid schema."""
+    import jsonschema
+
+    try:
+        jsonschema.Draft202012Validator.check_schema(schema)
+    except jsonschema.SchemaError as exc:
+        path = "/".join(str(p) for p in exc.absolute_path) or "(root)"
+        raise RegistrationError(
+            f"tool {tool!r}: input_schema is not a valid JSON Schema at {path}: {exc.message}"
+        ) from None
