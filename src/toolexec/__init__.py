@@ -21,28 +21,28 @@ re-exports:
 Each name lives in exactly one of them and reports it as its
 ``__module__``. Anything not listed in an ``__all__`` may change without
 notice.
+
+Startup. ``import toolexec`` imports the values, errors, plans, the
+registry and the policy basics at once; they need neither trio nor
+jsonschema. The machinery (the executor and batches, concurrency, tools,
+agents, the workspace) and the tiers load the first time one of their names
+is used (``toolexec.ToolExecutor``, ``from toolexec import ToolExecutor``,
+``toolexec.policy``), and a tier's names report it as their ``__module__``
+from the time it is imported (``_core._public`` has the details).
+``benchmarks/bench_startup.py`` measures the cost; ``tests/test_startup.py``
+keeps the rest out.
 """
 
 from __future__ import annotations
 
-from . import approval as approval
-from . import backends as backends
-from . import events as events
-from . import formats as formats
-from . import models as models
-from . import policy as policy
-from . import tools as tools
-from ._agents._agent import AgentLoop, AgentResult, StopReason
-from ._agents._subagent import AgentTree, SubAgentTool, TreeLimits, TreeStatistics
-from ._core._batch import Batch, BatchOutcome, Steering
+import typing as _typing
+
 from ._core._errors import InternalError, RegistrationError, ToolError, ToolexecError
-from ._core._executor import ToolExecutor
-from ._core._limits import ConcurrencyConfig, ExecutorStatistics, PoolStatistics
 from ._core._plan import Batched, BatchPlan, ExecutionStrategy, Parallel, RunPlan, Sequential
 from ._core._public import fixup_module_metadata as _fixup_module_metadata
+from ._core._public import lazy_names as _lazy_names
 from ._core._registry import ToolRegistry
 from ._core._resource_keys import Resource
-from ._core._tool_protocol import Tool, ToolContext
 from ._core._types import (
     ContentBlock,
     ErrorClass,
@@ -59,9 +59,24 @@ from ._core._types import (
 from ._core._version import VERSION as _VERSION
 from ._core._workspace_errors import WorkspaceError, WorkspaceErrorKind
 from ._gate._policy import Allow, AllowAll, Ask, Deny, ToolPolicy
-from ._tools._builtins import register_builtin_tools
-from ._tools._function import FunctionTool, function_tool
-from ._tools._workspace import Workspace
+
+if _typing.TYPE_CHECKING:
+    from . import approval as approval
+    from . import backends as backends
+    from . import events as events
+    from . import formats as formats
+    from . import models as models
+    from . import policy as policy
+    from . import tools as tools
+    from ._agents._agent import AgentLoop, AgentResult, StopReason
+    from ._agents._subagent import AgentTree, SubAgentTool, TreeLimits, TreeStatistics
+    from ._core._batch import Batch, BatchOutcome, Steering
+    from ._core._executor import ToolExecutor
+    from ._core._limits import ConcurrencyConfig, ExecutorStatistics, PoolStatistics
+    from ._core._tool_protocol import Tool, ToolContext
+    from ._tools._builtins import register_builtin_tools
+    from ._tools._function import FunctionTool, function_tool
+    from ._tools._workspace import Workspace
 
 __version__ = _VERSION
 
@@ -118,4 +133,35 @@ __all__ = [
     "register_builtin_tools",
 ]
 
-_fixup_module_metadata(__name__, __all__)
+# The names imported the first time they are used, each with its module.
+_LAZY = {
+    "AgentLoop": "._agents._agent",
+    "AgentResult": "._agents._agent",
+    "StopReason": "._agents._agent",
+    "AgentTree": "._agents._subagent",
+    "SubAgentTool": "._agents._subagent",
+    "TreeLimits": "._agents._subagent",
+    "TreeStatistics": "._agents._subagent",
+    "Batch": "._core._batch",
+    "BatchOutcome": "._core._batch",
+    "Steering": "._core._batch",
+    "ToolExecutor": "._core._executor",
+    "ConcurrencyConfig": "._core._limits",
+    "ExecutorStatistics": "._core._limits",
+    "PoolStatistics": "._core._limits",
+    "Tool": "._core._tool_protocol",
+    "ToolContext": "._core._tool_protocol",
+    "register_builtin_tools": "._tools._builtins",
+    "FunctionTool": "._tools._function",
+    "function_tool": "._tools._function",
+    "Workspace": "._tools._workspace",
+}
+# The tiers, reached as attributes (``toolexec.policy.Rule``), imported on first use.
+_SUBMODULES = ("approval", "backends", "events", "formats", "models", "policy", "tools")
+
+if not _typing.TYPE_CHECKING:  # type checkers see the imports above, not a catch-all
+    __getattr__, __dir__ = _lazy_names(
+        __name__, {name: __name__ + module for name, module in _LAZY.items()}, _SUBMODULES
+    )
+
+_fixup_module_metadata(__name__, [name for name in __all__ if name not in _LAZY])

@@ -26,20 +26,35 @@ The price, as in trio: ``inspect.getsource`` and ``inspect.getfile`` find a
 class through its module, so for a public class they look in the public
 module and fail. Functions and methods keep their code objects' file, and
 tracebacks are unaffected.
+
+Lazy names. ``import toolexec`` must stay cheap (``benchmarks/bench_startup.py``),
+so the root imports its light values at once and the rest (the executor,
+agents, tools, which need trio) the first time one is used: ``lazy_names``
+builds the module's ``__getattr__`` (PEP 562) and ``__dir__`` from a map of
+name to private module, and the root's tiers (``toolexec.policy``...) are
+imported on first use the same way. A lazy name is bound and fixed up when
+its private module is loaded and then either it is used or any public module
+finishes importing (``bind_loaded``, run by ``fixup_module_metadata``), so a
+root object loaded by way of another public module still names ``toolexec``.
+A tier's own names take their public module when the tier is imported.
 """
 
 from __future__ import annotations
 
 import functools
+import importlib
 import inspect
 import sys
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable
+    from collections.abc import Callable, Iterable, Mapping
     from types import ModuleType
 
-__all__ = ["fixup_module_metadata"]
+__all__ = ["bind_loaded", "fixup_module_metadata", "lazy_names"]
+
+# Public module -> {name: private module} of its lazy names not bound yet.
+_PENDING: dict[str, dict[str, str]] = {}
 
 
 def _is_private(module: str) -> bool:
@@ -54,6 +69,55 @@ def fixup_module_metadata(module_name: str, names: Iterable[str]) -> None:
     namespace = vars(sys.modules[module_name])
     for name in names:
         _fix(namespace[name], module_name)
+    bind_loaded()
+
+
+def lazy_names(
+    module_name: str, names: Mapping[str, str], submodules: Iterable[str] = ()
+) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
+    """``__getattr__`` and ``__dir__`` for public module ``module_name``.
+
+    Args:
+        module_name: the public module (its ``__name__``).
+        names: each lazy name, mapped to the absolute name of the private
+            module defining it (``"toolexec._core._executor"``).
+        submodules: public submodules reached as attributes, imported on
+            first use (``toolexec.policy``).
+    """
+    _PENDING[module_name] = dict(names)
+    modules = frozenset(submodules)
+
+    def __getattr__(name: str) -> Any:
+        if name in modules:
+            return importlib.import_module(f"{module_name}.{name}")  # binds the attribute
+        if name not in names:
+            raise AttributeError(f"module {module_name!r} has no attribute {name!r}")
+        private = importlib.import_module(names[name])
+        bind_loaded()
+        return getattr(private, name)
+
+    def __dir__() -> list[str]:
+        return sorted({*vars(sys.modules[module_name]), *names, *modules})
+
+    return __getattr__, __dir__
+
+
+def bind_loaded() -> None:
+    """Bind and fix up every lazy name whose private module is loaded."""
+    for public, pending in _PENDING.items():
+        namespace = vars(sys.modules[public])
+        for name, private in list(pending.items()):
+            module = sys.modules.get(private)
+            if module is None or _initializing(module) or name not in vars(module):
+                continue
+            namespace[name] = vars(module)[name]
+            _fix(namespace[name], public)
+            del pending[name]
+
+
+def _initializing(module: ModuleType) -> bool:
+    """Whether ``module`` is still running its body (imported in a cycle)."""
+    return bool(getattr(getattr(module, "__spec__", None), "_initializing", False))
 
 
 def _fix(obj: object, public: str) -> None:
