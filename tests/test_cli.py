@@ -465,12 +465,13 @@ async def test_a_call_answered_at_plan_time_has_a_zero_length_slice() -> None:
 def test_an_unexpected_failure_exits_1_and_asks_for_a_report(
     workspace: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    from toolexec._cli import _commands
     from toolexec._cli import _main as _cli
 
     async def broken(*_args: object) -> list[dict[str, Any]]:
         raise RuntimeError("boom")
 
-    monkeypatch.setattr(_cli, "_exec", broken)
+    monkeypatch.setattr(_commands, "_exec", broken)
     with pytest.raises(SystemExit) as info:
         _cli.main(["exec", str(RESPONSES["anthropic"]), "--workspace", str(workspace)])
     assert info.value.code == 1

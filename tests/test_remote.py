@@ -53,7 +53,8 @@ from toolexec._backends._remote_wire import (
     parse_line,
 )
 from toolexec._cli import _remote as _remote_cli
-from toolexec._cli._main import _load_policy, _parser, main
+from toolexec._cli._commands import load_policy
+from toolexec._cli._main import _parser, main
 from toolexec._proc._process import open_group_process, reap
 from toolexec.backends import RemoteBackend, serve_worker
 from toolexec.events import CallbackSink, CallProgress, CallUpdate, Event
@@ -649,7 +650,7 @@ async def test_the_serve_command_loads_and_serves_in_process(tmp_path: Path) -> 
     args = _parser().parse_args(argv)
     os.environ["TOOLEXEC_WORKER_TOKEN"] = TOKEN
     try:
-        loaded = _remote_cli._load(args, _load_policy(args.policy)[0])
+        loaded = _remote_cli._load(args, load_policy(args.policy)[0])
     finally:
         del os.environ["TOOLEXEC_WORKER_TOKEN"]
     stdout, log = _Lines(), io.StringIO()

@@ -36,6 +36,7 @@ from .._core._errors import ToolError
 from .._core._types import ErrorClass, block_text
 from ._remote_wire import (
     CALLS_PATH,
+    TOKEN_ENV,
     CallRequest,
     WireError,
     decode_output,
@@ -51,13 +52,10 @@ if TYPE_CHECKING:
     from .._core._tool_protocol import Tool, ToolContext
     from .._core._types import ToolOutput
 
-__all__ = ["TOKEN_ENV", "RemoteBackend"]
+__all__ = ["RemoteBackend"]
 
 #: How much a worker may send after the result (or a malformed line) before it is cut off.
 _DRAIN_LIMIT = 64 * 1024
-
-#: The environment variable a worker and ``RemoteBackend`` read the shared token from.
-TOKEN_ENV = "TOOLEXEC_WORKER_TOKEN"
 
 
 def _seconds(_inst: object, attr: attrs.Attribute[Any], value: object) -> None:

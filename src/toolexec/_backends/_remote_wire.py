@@ -36,6 +36,7 @@ if TYPE_CHECKING:
 __all__ = [
     "CALLS_PATH",
     "NDJSON",
+    "TOKEN_ENV",
     "CallRequest",
     "WireError",
     "decode_output",
@@ -47,6 +48,8 @@ __all__ = [
 
 CALLS_PATH = "/v1/calls"
 NDJSON = "application/x-ndjson"
+#: The environment variable a worker and ``RemoteBackend`` read the shared token from.
+TOKEN_ENV = "TOOLEXEC_WORKER_TOKEN"
 
 
 class WireError(ValueError):

@@ -3,13 +3,14 @@
 The runner is started with the channel on its stdin and stdout; it may use
 the built-in tools of ``--workspace`` (and ``--tools``), limited to the
 ``--allow`` patterns and the ``--grant`` paths. Every decision goes to the
-``--audit`` file. The exit status is the runner's.
+``--audit`` file. The exit status is the runner's. The options are
+``_main``'s (``_stdio_options``).
 """
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import trio
 
@@ -22,40 +23,10 @@ from .._tools._builtins import register_builtin_tools
 from .._tools._workspace import Workspace
 from ._sources import ToolSources, UsageError, load_tools
 
-__all__ = ["add_serve_arguments", "serve"]
+if TYPE_CHECKING:
+    import argparse
 
-
-def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
-    """The options of ``serve --stdio`` besides those it shares with ``--http``
-    (``--workspace``, ``--no-shell``, ``--tools``: ``_remote_cli.add_serve_options``)."""
-    parser.add_argument(
-        "--name", default="runner", help="--stdio: the runner's name (its agent path is root/NAME)"
-    )
-    parser.add_argument(
-        "--allow",
-        action="append",
-        metavar="PATTERN",
-        help="--stdio: a tool the runner may call ('*' matches any characters); repeatable; "
-        "default: all",
-    )
-    parser.add_argument(
-        "--grant",
-        action="append",
-        default=[],
-        metavar="PATH[:rw]",
-        help="--stdio: a workspace path the runner's calls may read (':rw' also write); repeatable",
-    )
-    parser.add_argument("--audit", metavar="FILE", help="--stdio: append the audit log here")
-    parser.add_argument(
-        "--max-line-bytes",
-        type=int,
-        default=DEFAULT_MAX_LINE_BYTES,
-        metavar="N",
-        help="--stdio: the longest line read from the runner (default: 16 MiB)",
-    )
-    parser.add_argument(
-        "runner", nargs=argparse.REMAINDER, help="-- then the runner command and its arguments"
-    )
+__all__ = ["serve"]
 
 
 def _grant(spec: str) -> PathGrant:
@@ -77,6 +48,8 @@ def _supervisor(args: argparse.Namespace) -> tuple[Supervisor, RunnerConfig, Jso
         args.workspace = "."
     if not Path(args.workspace).is_dir():
         raise UsageError(f"workspace {args.workspace!r} is not an existing directory")
+    if args.max_line_bytes is None:
+        args.max_line_bytes = DEFAULT_MAX_LINE_BYTES
     if args.max_line_bytes < 1:
         raise UsageError(f"--max-line-bytes must be >= 1, got {args.max_line_bytes}")
     workspace = Workspace(args.workspace)

@@ -4,7 +4,7 @@
 OpenAI Chat Completions, OpenAI Responses or Anthropic Messages format, runs
 its tool calls through a ``ToolExecutor`` with the built-in tools (plus the
 user's own, ``--tools``, and those of MCP servers, ``--mcp-config``: see
-``_cli_sources``), and prints
+``_sources``), and prints
 the provider-format result messages as JSON on stdout. The plan of runs,
 live progress and approval prompts go to stderr, so stdout stays a clean
 JSON document to pipe on.
@@ -14,63 +14,29 @@ the model); 1 an unexpected failure (a bug: please report it); 2 a usage
 error (bad arguments, an unreadable or malformed file, a missing
 workspace, tools that do not load, a required MCP server that does not
 open); 130 interrupted.
+
+Startup. ``toolexec --help`` is answered from the parser alone: this module
+imports only what the arguments need, and each command imports its
+machinery when it runs (``_commands`` for ``exec`` and ``tools``, ``_ipc``
+and ``_remote`` for ``serve``). ``tests/test_startup.py`` keeps it so.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import sys
-import tomllib
 import traceback
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn, TextIO
+from typing import TYPE_CHECKING, NoReturn, TextIO
 
-import attrs
-import trio
-
-from .._adapters import _formats as formats
-from .._backends._ray import RayBackend
-from .._backends._sandbox import SubprocessBackend
-from .._core._display import display_json, display_lines, display_text
-from .._core._events import (
-    ApprovalRequested,
-    ApprovalResolved,
-    CallCompleted,
-    CallFailed,
-    CallProgress,
-    CallStarted,
-    RunStarted,
-)
-from .._core._executor import ToolExecutor
-from .._core._registry import ToolRegistry
-from .._core._trace import TraceRecorder
-from .._gate._approval import ApprovalConfig, AutoApprover, TerminalApprover
-from .._gate._policy import HOST, Allow, AllowAll, Ask
-from .._gate._rules import RulePolicy
-from .._tools._builtins import register_builtin_tools
-from .._tools._workspace import Workspace
-from ._ipc import add_serve_arguments, serve
-from ._remote import add_serve_options, serve_command
-from ._sources import (
-    ToolSources,
-    UsageError,
-    load_mcp_config,
-    load_tools,
-    open_mcp_tools,
-    warnings_to,
-)
+from .._adapters._formats import FORMATS
+from .._backends._remote_wire import TOKEN_ENV
+from .._core._display import display_json, display_lines
+from .._gate._policy import HOST
+from ._sources import UsageError
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping, Sequence
-
-    from .._core._backend import Backend
-    from .._core._events import Event, EventSink
-    from .._core._tool_protocol import ToolFactory
-    from .._core._types import ToolCall, ToolDefinition, ToolResult
-    from .._gate._policy import Decision, ToolPolicy
-    from ..mcp import MCPServerConfig
+    from collections.abc import Sequence
 
 __all__ = ["main"]
 
@@ -112,7 +78,7 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--format",
         "-f",
-        choices=formats.FORMATS,
+        choices=FORMATS,
         help="the response format (default: detected from the file)",
     )
     run.add_argument(
@@ -170,7 +136,7 @@ def _parser() -> argparse.ArgumentParser:
         help="print the built-in tools as a provider's 'tools' request parameter",
         description="Print the built-in tool definitions in a provider's tool schema, as JSON.",
     )
-    tools.add_argument("--format", "-f", choices=formats.FORMATS, default="openai-chat")
+    tools.add_argument("--format", "-f", choices=FORMATS, default="openai-chat")
     tools.add_argument("--no-shell", action="store_true", help="leave the shell tool out")
     serve = commands.add_parser(
         "serve",
@@ -190,8 +156,8 @@ def _parser() -> argparse.ArgumentParser:
         metavar="HOST:PORT",
         help="listen for RemoteBackend calls on HOST:PORT (port 0: a free port, printed)",
     )
-    add_serve_options(serve)
-    add_serve_arguments(serve)
+    _serve_options(serve)
+    _stdio_options(serve)
     return parser
 
 
@@ -201,268 +167,74 @@ def _version() -> str:
     return VERSION
 
 
-# -- loading ----------------------------------------------------------------------
+def _serve_options(serve: argparse.ArgumentParser) -> None:
+    """The options of ``toolexec serve`` besides the transport; those of ``--stdio``
+    alone are ``_stdio_options``."""
+    serve.add_argument(
+        "--workspace",
+        "-w",
+        metavar="DIR",
+        help="the built-in tools work in DIR (--stdio: default '.'; --http: without it, "
+        "no built-in tools are offered)",
+    )
+    serve.add_argument("--no-shell", action="store_true", help="leave the shell tool out")
+    serve.add_argument(
+        "--tools",
+        action="append",
+        default=[],
+        metavar="MODULE:ATTR",
+        help="offer your tools, as for 'toolexec exec'; repeatable",
+    )
+    serve.add_argument(
+        "--mcp-config", metavar="FILE", help="--http: offer the tools of MCP servers"
+    )
+    serve.add_argument(
+        "--policy",
+        metavar="FILE",
+        help="--http: the worker's own allow/deny rules (.toml or .json); it never asks",
+    )
+    serve.add_argument(
+        "--token-file",
+        metavar="FILE",
+        help=f"--http: read the shared token from FILE (default: the {TOKEN_ENV} "
+        "environment variable)",
+    )
 
 
-def _load_response(path: str, fmt: str | None) -> tuple[str, tuple[ToolCall, ...]]:
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise UsageError(f"cannot read {path}: {exc.strerror or exc}") from None
-    except UnicodeDecodeError:
-        raise UsageError(f"{path} is not UTF-8 text; pass a JSON response file") from None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise UsageError(
-            f"{path} is not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg}); "
-            "pass the provider's response body saved as JSON"
-        ) from None
-    try:
-        name = fmt or formats.detect_format(data)
-        return name, formats.parse_calls(data, name)
-    except formats.FormatError as exc:
-        hint = "" if fmt else " (or pass --format if the detection was wrong)"
-        raise UsageError(f"{path}: {exc}; fix the file{hint}") from None
-
-
-def _load_policy(path: str | None) -> tuple[RulePolicy | None, ApprovalConfig]:
-    if path is None:
-        return None, ApprovalConfig()
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-        data = tomllib.loads(text) if path.endswith(".toml") else json.loads(text)
-    except OSError as exc:
-        raise UsageError(f"cannot read policy {path}: {exc.strerror or exc}") from None
-    except (tomllib.TOMLDecodeError, json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise UsageError(f"policy {path} does not parse: {exc}") from None
-    if not isinstance(data, dict):
-        raise UsageError(f"policy {path}: expected an object with 'rules' and 'approval'")
-    approval = data.pop("approval", {})
-    try:
-        config = _approval_config(approval)
-        policy = RulePolicy.from_dict(data) if data else None
-    except (ValueError, TypeError) as exc:
-        raise UsageError(f"policy {path}: {exc}") from None
-    return policy, config
-
-
-def _approval_config(data: Any) -> ApprovalConfig:
-    if not isinstance(data, dict):
-        raise ValueError("'approval' must be a table of side effect -> mode")
-    data = dict(data)
-    tools = data.pop("tools", {})
-    timeout = data.pop("timeout", 300.0)
-    return ApprovalConfig(modes=data, per_tool=tools, timeout=timeout)
-
-
-# -- output -----------------------------------------------------------------------
-
-
-@attrs.define(eq=False)
-class ProgressPrinter:
-    """An event sink printing one line per step of a batch to a text stream."""
-
-    stream: TextIO
-    echo_answers: bool = False
-    origin: float | None = None
-    _prompted: bool = attrs.field(default=False, init=False)
-
-    def emit(self, event: Event) -> None:
-        """Print the event, if it is one people follow."""
-        if self.origin is None:
-            self.origin = event.time
-        if isinstance(event, ApprovalRequested):
-            self._prompted = self.echo_answers
-        line = _progress_line(event)
-        if line:
-            # An answer piped in is not echoed: end the prompt's line ourselves.
-            start = "\n" if self._prompted and isinstance(event, ApprovalResolved) else ""
-            self._prompted = False
-            self.stream.write(f"{start}[{event.time - self.origin:7.3f}s] {line}\n")
-            self.stream.flush()
-
-
-_CALL_EVENTS = (CallStarted, CallProgress, ApprovalResolved, CallCompleted, CallFailed)
-
-
-def _progress_line(event: Event) -> str | None:
-    # Ids, names, messages and who answered come from the model or a peer:
-    # escaped, so none can move the cursor, retitle the terminal or forge a line.
-    if isinstance(event, RunStarted):
-        return f"run {event.index} ({event.routing.value}): {len(event.call_ids)} call(s)"
-    if not isinstance(event, _CALL_EVENTS):
-        return None
-    call = f"{display_text(event.call_id)} {display_text(event.tool_name)}"
-    if isinstance(event, CallStarted):
-        return f"  start    {call}"
-    if isinstance(event, CallProgress):
-        return f"  progress {call}: {display_text(event.message)}"
-    if isinstance(event, ApprovalResolved):
-        verdict = "approved" if event.approved else "denied"
-        return f"  {verdict:<8} {call} (by {display_text(event.by)})"
-    if isinstance(event, CallCompleted):
-        return f"  ok       {call} ({event.duration * 1000:.1f} ms)"
-    first = event.message.split("\n", 1)[0] if event.message else ""
-    return f"  error    {call} [{event.error_class.value}] {display_text(first)}"
-
-
-def _summary(results: Sequence[ToolResult]) -> str:
-    errors = [r for r in results if r.is_error]
-    kinds = sorted({r.error_class.value for r in errors if r.error_class is not None})
-    detail = f" ({', '.join(kinds)})" if kinds else ""
-    return (
-        f"{len(results)} call(s): {len(results) - len(errors)} ok, {len(errors)} error(s){detail}"
+def _stdio_options(parser: argparse.ArgumentParser) -> None:
+    """The options of ``serve --stdio`` besides those it shares with ``--http``
+    (``--workspace``, ``--no-shell``, ``--tools``: ``_serve_options``)."""
+    parser.add_argument(
+        "--name", default="runner", help="--stdio: the runner's name (its agent path is root/NAME)"
+    )
+    parser.add_argument(
+        "--allow",
+        action="append",
+        metavar="PATTERN",
+        help="--stdio: a tool the runner may call ('*' matches any characters); repeatable; "
+        "default: all",
+    )
+    parser.add_argument(
+        "--grant",
+        action="append",
+        default=[],
+        metavar="PATH[:rw]",
+        help="--stdio: a workspace path the runner's calls may read (':rw' also write); repeatable",
+    )
+    parser.add_argument("--audit", metavar="FILE", help="--stdio: append the audit log here")
+    parser.add_argument(
+        "--max-line-bytes",
+        type=int,
+        default=None,  # _ipc._protocol.DEFAULT_MAX_LINE_BYTES, set by the command
+        metavar="N",
+        help="--stdio: the longest line read from the runner (default: 16 MiB)",
+    )
+    parser.add_argument(
+        "runner", nargs=argparse.REMAINDER, help="-- then the runner command and its arguments"
     )
 
 
 # -- running ----------------------------------------------------------------------
-
-
-@attrs.frozen
-class _Job:
-    format: str
-    calls: tuple[ToolCall, ...]
-    workspace: Workspace
-    policy: ToolPolicy
-    approval: ApprovalConfig
-    tools: tuple[tuple[str, tuple[ToolFactory, ...]], ...] = ()
-    mcp: tuple[MCPServerConfig, ...] = ()
-
-
-def _load_job(args: argparse.Namespace) -> _Job:
-    fmt, calls = _load_response(args.response, args.format)
-    if not Path(args.workspace).is_dir():
-        raise UsageError(
-            f"workspace {args.workspace!r} is not an existing directory; "
-            "create it or pass another with --workspace"
-        )
-    if args.trace and not Path(args.trace).resolve().parent.is_dir():
-        raise UsageError(f"cannot write the trace to {args.trace}: its directory does not exist")
-    policy, approval = _load_policy(args.policy)
-    workspace = Workspace(args.workspace)
-    if policy is not None:  # rules see paths as the workspace resolves them
-        policy = attrs.evolve(policy, workspace=workspace)
-    tools = tuple((spec, tuple(load_tools(spec))) for spec in args.tools)
-    mcp = load_mcp_config(args.mcp_config) if args.mcp_config else ()
-    return _Job(fmt, calls, workspace, policy or AllowAll(), approval, tools, mcp)
-
-
-async def _open_tools(
-    job: _Job, args: argparse.Namespace, stack: contextlib.AsyncExitStack
-) -> ToolRegistry:
-    """The registry of the run: built-ins, ``--tools``, then the MCP servers' tools."""
-    sources = ToolSources()
-    register_builtin_tools(sources.registry, job.workspace, shell=not args.no_shell)
-    sources.claim("the built-in tools")
-    for spec, factories in job.tools:
-        for factory in factories:
-            sources.add(factory, f"--tools {spec}")
-    if job.mcp:
-        await open_mcp_tools(stack, job.mcp, sources, args.mcp_config)
-    return sources.registry
-
-
-async def _exec(
-    job: _Job, args: argparse.Namespace, stdin: TextIO, stderr: TextIO
-) -> list[dict[str, Any]]:
-    with warnings_to(stderr):
-        async with contextlib.AsyncExitStack() as stack:
-            registry = await _open_tools(job, args, stack)
-            return await _run(job, args, registry, stdin, stderr)
-
-
-async def _run(
-    job: _Job, args: argparse.Namespace, registry: ToolRegistry, stdin: TextIO, stderr: TextIO
-) -> list[dict[str, Any]]:
-    recorder = TraceRecorder() if args.trace else None
-    printer = ProgressPrinter(stderr, echo_answers=not args.yes and not _isatty(stdin))
-    sinks: list[EventSink] = [] if args.quiet else [printer]
-    if recorder is not None:
-        sinks.append(recorder)
-    backends, policy = _backends(args, job.policy)
-    executor = ToolExecutor(
-        registry,
-        policy=policy,
-        backends=backends,
-        sinks=sinks,
-        workspace=job.workspace,
-        approver=AutoApprover(by="--yes") if args.yes else TerminalApprover(stdin, stderr),
-        approval=job.approval,
-    )
-    batch = executor.prepare(job.calls)
-    if not args.quiet:
-        plan = batch.plan.describe() or "(no call to run)"
-        stderr.write(f"{job.format}: {len(job.calls)} tool call(s)\nplan:\n{_indent(plan)}\n")
-    outcome = await batch.run()
-    if not args.quiet:
-        stderr.write(_summary(outcome.results) + "\n")
-    if recorder is not None:
-        _write_trace(args.trace, recorder)
-    return formats.render_results(outcome.results, job.format)
-
-
-@attrs.frozen
-class _RoutedTo:
-    """A policy that sends every call its inner policy grants to the host to ``sandbox``."""
-
-    inner: ToolPolicy
-    sandbox: str
-
-    def decide(
-        self, definition: ToolDefinition, arguments: Mapping[str, Any], agent_path: str
-    ) -> Decision:
-        decision = self.inner.decide(definition, arguments, agent_path)
-        if isinstance(decision, Allow | Ask) and decision.grant.sandbox == HOST:
-            return attrs.evolve(decision, grant=attrs.evolve(decision.grant, sandbox=self.sandbox))
-        return decision
-
-
-def _backends(
-    args: argparse.Namespace, policy: ToolPolicy
-) -> tuple[dict[str, Backend], ToolPolicy]:
-    """The backends of the run, and the policy routing to them: the subprocess
-    sandbox, which a policy file's rules may name (docs/sandbox.md), and Ray
-    when ``--ray-address`` is given (``--backend ray`` sends every call there)."""
-    backends: dict[str, Backend] = {"subprocess": SubprocessBackend()}
-    if args.ray_address is None:
-        if args.backend == "ray":
-            raise UsageError(
-                "--backend ray needs --ray-address ADDR: the address of a running Ray "
-                "cluster ('auto' finds the one started on this machine with 'ray start')"
-            )
-        return backends, policy
-    try:
-        backends["ray"] = RayBackend(address=args.ray_address)
-    except (ImportError, ValueError) as exc:
-        raise UsageError(f"--ray-address: {exc}") from None
-    if args.backend == "ray":
-        policy = _RoutedTo(policy, "ray")
-    return backends, policy
-
-
-def _isatty(stream: TextIO) -> bool:
-    try:
-        return stream.isatty()
-    except (AttributeError, ValueError):
-        return False
-
-
-def _indent(text: str) -> str:
-    return "\n".join(f"  {line}" for line in text.splitlines())
-
-
-def _write_trace(path: str, recorder: TraceRecorder) -> None:
-    try:
-        Path(path).write_text(json.dumps(recorder.chrome_trace(), indent=1), encoding="utf-8")
-    except OSError as exc:
-        raise UsageError(f"cannot write the trace to {path}: {exc.strerror or exc}") from None
-
-
-def _tools(args: argparse.Namespace) -> list[dict[str, Any]]:
-    registry = ToolRegistry()
-    register_builtin_tools(registry, Workspace("."), shell=not args.no_shell)
-    return formats.render_tools(registry.definitions(), args.format)
 
 
 def _fail(stderr: TextIO, message: str, code: int) -> NoReturn:
@@ -486,8 +258,13 @@ def _serve(args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int:
     if given:
         raise UsageError(f"{', '.join(given)} cannot be used with serve {mode}")
     if args.stdio:
+        from ._ipc import serve
+
         return serve(args)
-    return serve_command(args, _load_policy(args.policy)[0], stdout, stderr)
+    from ._commands import load_policy
+    from ._remote import serve_command
+
+    return serve_command(args, load_policy(args.policy)[0], stdout, stderr)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -501,10 +278,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "serve":
             return _serve(args, stdout, stderr)
+        from . import _commands  # the machinery, once the arguments are known
+
         if args.command == "tools":
-            output = _tools(args)
+            output = _commands.tools_command(args)
         else:
-            output = trio.run(_exec, _load_job(args), args, stdin, stderr)
+            output = _commands.exec_command(args, stdin, stderr)
     except UsageError as exc:
         _fail(stderr, str(exc), EXIT_USAGE)
     except KeyboardInterrupt:

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, TextIO
 import attrs
 import trio
 
-from .._backends._remote import TOKEN_ENV
+from .._backends._remote_wire import TOKEN_ENV
 from .._backends._remote_worker import check_token, serve_worker
 from .._tools._builtins import register_builtin_tools
 from .._tools._workspace import Workspace
@@ -36,41 +36,7 @@ if TYPE_CHECKING:
     from .._gate._policy import ToolPolicy
     from ..mcp import MCPServerConfig
 
-__all__ = ["add_serve_options", "parse_address", "serve_command"]
-
-
-def add_serve_options(serve: argparse.ArgumentParser) -> None:
-    """The options of ``toolexec serve`` besides the transport; those of ``--stdio``
-    alone are ``_ipc_cli.add_serve_arguments``."""
-    serve.add_argument(
-        "--workspace",
-        "-w",
-        metavar="DIR",
-        help="the built-in tools work in DIR (--stdio: default '.'; --http: without it, "
-        "no built-in tools are offered)",
-    )
-    serve.add_argument("--no-shell", action="store_true", help="leave the shell tool out")
-    serve.add_argument(
-        "--tools",
-        action="append",
-        default=[],
-        metavar="MODULE:ATTR",
-        help="offer your tools, as for 'toolexec exec'; repeatable",
-    )
-    serve.add_argument(
-        "--mcp-config", metavar="FILE", help="--http: offer the tools of MCP servers"
-    )
-    serve.add_argument(
-        "--policy",
-        metavar="FILE",
-        help="--http: the worker's own allow/deny rules (.toml or .json); it never asks",
-    )
-    serve.add_argument(
-        "--token-file",
-        metavar="FILE",
-        help=f"--http: read the shared token from FILE (default: the {TOKEN_ENV} "
-        "environment variable)",
-    )
+__all__ = ["parse_address", "serve_command"]
 
 
 def parse_address(text: str) -> tuple[str, int]:

@@ -29,7 +29,6 @@ import attrs
 from .._core._display import display_lines
 from .._core._errors import RegistrationError
 from .._core._registry import ToolRegistry
-from .._tools._function import FunctionTool
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -159,7 +158,15 @@ def _is_tools(name: str, value: object) -> bool:
 
 
 def _is_tool(value: object) -> bool:
-    return isinstance(value, FunctionTool) or _tool_class(value) or _tool_instance(value)
+    return _is_function_tool(value) or _tool_class(value) or _tool_instance(value)
+
+
+def _is_function_tool(value: object) -> bool:
+    # Imported here: ``_main`` imports this module for ``UsageError``, and
+    # ``toolexec --help`` needs no tool machinery.
+    from .._tools._function import FunctionTool
+
+    return isinstance(value, FunctionTool)
 
 
 def _tool_class(value: object) -> bool:
@@ -172,7 +179,7 @@ def _tool_instance(value: object) -> bool:
 
 def _factory(value: object, where: str) -> ToolFactory:
     """``value`` as a registry factory, or a ``UsageError`` saying what it is instead."""
-    if isinstance(value, FunctionTool) or _tool_class(value):
+    if _is_function_tool(value) or _tool_class(value):
         return value  # type: ignore[return-value]
     if inspect.isfunction(value) or inspect.ismethod(value):
         raise UsageError(
