@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-import json
 import os
 import sys
 import threading
@@ -21,6 +20,7 @@ from typing import IO, TYPE_CHECKING, Any, TypeAlias
 import attrs
 import trio
 
+from .._core._json_bounds import loads_bounded
 from ._protocol import (
     DEFAULT_MAX_LINE_BYTES,
     ERROR_CLASS_OF,
@@ -78,8 +78,8 @@ def parse_answer(line: bytes) -> ToolResponse:
             naming no call (a line this client sent was refused).
     """
     try:
-        value = json.loads(line.decode("utf-8"))
-    except ValueError as exc:
+        value = loads_bounded(line)
+    except ValueError as exc:  # not JSON, over a bound, NaN or an infinity
         raise ProtocolError(
             "invalid_json", f"the supervisor sent a line that is not JSON: {exc}"
         ) from None

@@ -9,6 +9,9 @@ its bytes dropped as they arrive up to the next ``\\n``, so a runner cannot
 make the supervisor buffer more than the limit. ``decode_message`` turns one
 line into a ``ToolCallMessage`` or raises ``ProtocolError`` with a slug
 (``PROTOCOL_SLUGS``) and a message saying what was wrong and what is allowed.
+A line is decoded only within the bounds of ``_core._json_bounds`` (at most
+``MAX_JSON_VALUES`` values, ``MAX_JSON_DEPTH`` levels, finite numbers), checked
+before any value is built: a line over them is ``invalid_json``.
 
 Error slugs of a ``tool_response`` map one to one onto ``ErrorClass``
 (``SLUG_OF`` / ``ERROR_CLASS_OF``), with one addition: ``fs_denied`` is a
@@ -24,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from .._core._errors import ToolexecError
+from .._core._json_bounds import DECODER, JsonBoundsError, check_bounds
 from .._core._types import ErrorClass, TextContent, ToolCall
 
 if TYPE_CHECKING:
@@ -188,12 +192,6 @@ class LineSplitter:
 # -- messages --------------------------------------------------------------------------
 
 
-def _no_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON; numbers must be finite")
-
-
-# Built once: ``json.loads`` with any option builds a new decoder per call.
-_DECODER = json.JSONDecoder(parse_constant=_no_constant)
 _ENCODER = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"), default=str)
 # What ``_ENCODER`` writes for a ``str``: the quoted, escaped string.
 _string: Callable[[str], str] = json.encoder.encode_basestring
@@ -202,19 +200,22 @@ _ASCII_ENCODER = json.JSONEncoder(allow_nan=False, separators=(",", ":"), defaul
 
 def _decode_json(line: bytes) -> Any:
     try:
+        check_bounds(line)
         text = line.decode("utf-8")
         if text[:1] == "{":  # no whitespace before: the scanner alone, if none after
-            value, end = _DECODER.raw_decode(text)
+            value, end = DECODER.raw_decode(text)
             if end == len(text):
                 return value
-        return _DECODER.decode(text)  # whitespace around, or the error for what is after
+        return DECODER.decode(text)  # whitespace around, or the error for what is after
     except UnicodeDecodeError as exc:
         raise ProtocolError(
             "invalid_json", f"the line is not UTF-8 (byte {exc.start}); send UTF-8 JSON"
         ) from None
+    except JsonBoundsError as exc:
+        raise ProtocolError("invalid_json", str(exc)) from None
     except RecursionError:
         raise ProtocolError("invalid_json", "the JSON is nested too deeply") from None
-    except ValueError as exc:  # JSONDecodeError, NaN/Infinity, over-long integers
+    except ValueError as exc:  # JSONDecodeError, NaN/infinities/1e999, over-long integers
         raise ProtocolError(
             "invalid_json", f"the line is not a JSON object: {exc}; send one JSON object per line"
         ) from None
