@@ -8,6 +8,7 @@ routes every call to it with a policy granting ``sandbox="remote"``.
 from __future__ import annotations
 
 import contextlib
+import gzip
 import io
 import json
 import logging
@@ -17,6 +18,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tracemalloc
 from contextlib import asynccontextmanager
 from functools import partial
 from pathlib import Path
@@ -315,8 +317,20 @@ async def test_a_refused_connection_is_an_error_result() -> None:
     assert f"remote worker {url} could not connect" in result.text
 
 
+async def _receive_request(stream: trio.SocketStream) -> None:
+    """Read one whole request (a socket closed with unread input resets, which can
+    drop the end of the reply before the host reads it)."""
+    request = b""
+    while b"\r\n\r\n" not in request:
+        request += await stream.receive_some(65536)
+    head, _, body = request.partition(b"\r\n\r\n")
+    length = int(head.lower().split(b"content-length:")[1].split(b"\r\n")[0])
+    while len(body) < length:
+        body += await stream.receive_some(65536)
+
+
 async def _answer(reply: bytes, stream: trio.SocketStream) -> None:
-    await stream.receive_some(65536)
+    await _receive_request(stream)
     if reply:
         await stream.send_all(reply)
         await stream.aclose()
@@ -356,6 +370,24 @@ def _http(body: bytes, status: str = "200 OK", media: str = "application/x-ndjso
             "sent a malformed response: an output needs",
         ),
         (b"SSH-2.0-OpenSSH\r\n", "closed the connection before sending the call's result"),
+        # Hardening III: what a line may hold, and how long it may be.
+        (
+            _http(b'{"type": "result", "result": {"content": [], "details": {"n": 1e999}}}\n'),
+            "a line is not JSON (1e999 is too large for a number; numbers must be finite)",
+        ),
+        (_http(b'{"type": "heartbeat", "n": -Infinity}\n'), "numbers must be finite"),
+        (
+            _http(b'{"type": "heartbeat", "x": ' + b"[" * 200 + b"]" * 200 + b"}\n"),
+            "a line is too large to decode: the JSON is nested more than 128 levels",
+        ),
+        (
+            _http(b'{"type": "heartbeat", "x": [' + b"[]," * 300_000 + b"[]]}\n"),
+            "a line is too large to decode: the JSON holds about",
+        ),
+        (
+            _http(b'{"type": "heartbeat"}\n' + b" " * (1 << 20) + b"x\n"),
+            "a line is longer than the host's limit of 1048576 bytes",
+        ),
         (
             _http(b'{"error": "busy"}', "503 Service Unavailable", "application/json"),
             "refused the call (HTTP 503: busy)",
@@ -373,6 +405,112 @@ async def test_a_malformed_response_is_an_error_result_naming_the_worker(
     assert result.is_error
     assert f"remote worker {url}" in result.text
     assert message in result.text
+
+
+async def _stream(head: bytes, size: int, sent: list[int], stream: trio.SocketStream) -> None:
+    """Answer with ``head`` and ``size`` bytes of ``x`` (no newline), until the host hangs up."""
+    await _receive_request(stream)
+    piece = b"x" * 65536
+    with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+        await stream.send_all(head % size)
+        while sent[0] < size:
+            await stream.send_all(piece[: size - sent[0]])
+            sent[0] += min(len(piece), size - sent[0])
+    await stream.aclose()
+
+
+@asynccontextmanager
+async def streaming_worker(head: bytes, size: int) -> AsyncIterator[tuple[str, list[int]]]:
+    """A socket server answering with ``head`` (``%d``: the size) then ``size`` bytes."""
+    sent = [0]
+    async with trio.open_nursery() as nursery:
+        [listener] = await nursery.start(
+            partial(trio.serve_tcp, partial(_stream, head, size, sent), 0, host="127.0.0.1")
+        )
+        yield f"http://127.0.0.1:{listener.socket.getsockname()[1]}", sent
+        nursery.cancel_scope.cancel()
+
+
+NDJSON_HEAD = b"HTTP/1.1 200 OK\r\ncontent-type: application/x-ndjson\r\ncontent-length: %d\r\n\r\n"
+
+
+@pytest.mark.parametrize(
+    ("head", "message"),
+    [
+        (NDJSON_HEAD, "a line is longer than the host's limit of 1048576 bytes"),
+        (
+            b"HTTP/1.1 503 Busy\r\ncontent-type: text/plain\r\ncontent-length: %d\r\n\r\n",
+            "refused the call (HTTP 503: xxxx",
+        ),
+    ],
+)
+async def test_a_worker_sending_32_mib_without_a_newline_is_cut_off_naming_it(
+    head: bytes, message: str
+) -> None:
+    """Hardening III: the host holds at most ``max_line_bytes`` of a line, and reads on
+    only a little past it; before, it held and rescanned all 32 MiB (about 10 s of CPU)."""
+    size = 32 << 20
+    async with (
+        streaming_worker(head, size) as (url, sent),
+        RemoteBackend(url, token=TOKEN) as remote,
+    ):
+        executor = ToolExecutor(registry(), policy=remote_policy(), backends={"remote": remote})
+        tracemalloc.start()
+        try:
+            with trio.fail_after(GUARD):
+                outcome = await executor.execute_batch([ToolCall("c0", "get", {"key": "a"})])
+            _, peak = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+    [result] = outcome.results
+    assert result.is_error
+    assert result.error_class is ErrorClass.EXECUTION_ERROR
+    assert f"remote worker {url} " in result.text
+    assert message in result.text
+    assert len(result.text) < 3000
+    assert result.details["worker"] == url
+    # The line limit is 1 MiB: the host held about that much, never the 32 MiB.
+    assert peak < 8 << 20, peak
+    assert sent[0] < size
+
+
+@pytest.mark.parametrize(
+    "plain",
+    [
+        encode_line("result", result=encode_output((TextContent("fine"),), {}, False)),
+        b"x" * (32 << 20),  # 32 MiB of one line, in 32 KiB: inflated, it would all be read
+    ],
+)
+async def test_a_compressed_response_is_not_inflated(plain: bytes) -> None:
+    """The host asks for no content coding and reads the body raw: whatever a gzip body
+    holds, it is bytes that are not JSON, never what they would inflate to."""
+    body = gzip.compress(plain)
+    reply = (
+        b"HTTP/1.1 200 OK\r\ncontent-type: application/x-ndjson\r\ncontent-encoding: gzip\r\n"
+        + f"content-length: {len(body)}\r\n\r\n".encode()
+        + body
+    )
+    async with fake_worker(reply) as url, RemoteBackend(url, token=TOKEN) as remote:
+        executor = ToolExecutor(registry(), policy=remote_policy(), backends={"remote": remote})
+        tracemalloc.start()
+        try:
+            with trio.fail_after(GUARD):
+                outcome = await executor.execute_batch([ToolCall("c0", "get", {"key": "a"})])
+            _, peak = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+    [result] = outcome.results
+    assert result.is_error
+    assert f"remote worker {url} sent a malformed response" in result.text
+    assert peak < 8 << 20, peak
+
+
+def test_remote_backend_checks_its_line_limit() -> None:
+    assert RemoteBackend("http://w:1", token=TOKEN).max_line_bytes == 1 << 20
+    assert RemoteBackend("http://w:1", token=TOKEN, max_line_bytes=10).max_line_bytes == 10
+    for bad in (0, -1, True, 1.5):
+        with pytest.raises(ValueError, match="max_line_bytes must be a positive int"):
+            RemoteBackend("http://w:1", token=TOKEN, max_line_bytes=bad)  # type: ignore[arg-type]
 
 
 async def test_a_silent_worker_hits_the_read_deadline(
@@ -416,6 +554,23 @@ def _body(request_id: str = "r1", **fields: Any) -> bytes:
         ("POST", "/v1/calls", _body(timeout=-1), None, 400, "'timeout' must be a positive"),
         ("POST", "/v1/calls", _body(""), None, 400, "'id' must be a non-empty string"),
         ("POST", "/v1/calls", b" " * (8 * 1024 * 1024 + 1), None, 413, "over 8388608 bytes"),
+        (
+            "POST",
+            "/v1/calls",
+            b'{"id": "r1", "call_id": "c0", "tool": "get", "arguments": {"key": 1e999}}',
+            None,
+            400,
+            "numbers must be finite",
+        ),
+        ("POST", "/v1/calls", _body(arguments={"k": math.inf}), None, 400, "must be finite"),
+        (
+            "POST",
+            "/v1/calls",
+            _body(arguments={"key": "a", "x": [[]] * 2_000_000}),
+            None,
+            400,
+            "the request body is too large to decode",
+        ),
     ],
 )
 async def test_the_worker_refuses_bad_requests_saying_why(

@@ -13,6 +13,12 @@ result: a refused or timed-out connection, a refused token, a worker that
 went silent past ``read_timeout``, a connection that closed before the
 result (the worker died), and anything that does not follow the protocol.
 
+Nothing the worker sends is trusted to be small. The body is read raw (no
+content decoding, so nothing is inflated), cut into lines by ``LineReader``
+(linear, at most ``max_line_bytes`` held), each line decoded within the
+bounds of ``_core._json_bounds``; a refusal's body is read only to its first
+2,000 bytes, and what follows the result at most to ``_DRAIN_LIMIT``.
+
 When the call is cancelled (its deadline, a host cancel), the connection
 is closed, which cancels the call on the worker, and a cancel request is
 sent under ``ctx.cleanup_scope()``: it returns once the worker's call has
@@ -23,7 +29,6 @@ longer running (unless the grace period ran out first).
 from __future__ import annotations
 
 import contextlib
-import json
 import math
 import os
 import uuid
@@ -33,18 +38,21 @@ import attrs
 import trio
 
 from .._core._errors import ToolError
+from .._core._json_bounds import loads_bounded
 from .._core._types import ErrorClass, block_text
 from ._remote_wire import (
     CALLS_PATH,
+    MAX_LINE_BYTES,
     TOKEN_ENV,
     CallRequest,
+    LineReader,
     WireError,
     decode_output,
     parse_line,
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Callable, Mapping
     from types import TracebackType
 
     import httpx2
@@ -56,6 +64,8 @@ __all__ = ["RemoteBackend"]
 
 #: How much a worker may send after the result (or a malformed line) before it is cut off.
 _DRAIN_LIMIT = 64 * 1024
+#: How much of a refusal's body is read (and quoted).
+_REFUSAL_LIMIT = 2000
 
 
 def _seconds(_inst: object, attr: attrs.Attribute[Any], value: object) -> None:
@@ -111,6 +121,10 @@ class RemoteBackend:
             only fires on a worker that hangs or a network that drops.
         max_connections: open connections at most; calls beyond wait for
             one (the executor's caps usually bound them first).
+        max_line_bytes: the longest line of a response read (``MAX_LINE_BYTES``,
+            1 MiB, by default): a result or update longer than this ends the
+            call with an error result naming the worker. Raise it for tools
+            whose output is larger.
     """
 
     url: str = attrs.field(validator=_url)
@@ -119,6 +133,7 @@ class RemoteBackend:
     connect_timeout: float = attrs.field(default=5.0, validator=_seconds)
     read_timeout: float = attrs.field(default=30.0, validator=_seconds)
     max_connections: int = 100
+    max_line_bytes: int = MAX_LINE_BYTES
     _client: httpx2.AsyncClient | None = attrs.field(default=None, init=False, repr=False)
 
     def __attrs_post_init__(self) -> None:
@@ -139,6 +154,12 @@ class RemoteBackend:
                 "RemoteBackend max_connections must be a positive int, "
                 f"got {self.max_connections!r}"
             )
+        if isinstance(self.max_line_bytes, bool) or not (
+            isinstance(self.max_line_bytes, int) and self.max_line_bytes > 0
+        ):
+            raise ValueError(
+                f"RemoteBackend max_line_bytes must be a positive int, got {self.max_line_bytes!r}"
+            )
 
     async def __aenter__(self) -> RemoteBackend:
         """Open the connection pool."""
@@ -153,7 +174,8 @@ class RemoteBackend:
             raise RuntimeError(f"RemoteBackend for {self.name} is already open")
         self._client = httpx2.AsyncClient(
             base_url=self.url,
-            headers={"authorization": f"Bearer {self.token}"},
+            # The body is read raw: no compressed response, whose inflating has no bound.
+            headers={"authorization": f"Bearer {self.token}", "accept-encoding": "identity"},
             timeout=httpx2.Timeout(
                 connect=self.connect_timeout,
                 read=self.read_timeout,
@@ -241,37 +263,43 @@ class RemoteBackend:
             self._fail(f"sent a malformed response: {exc}")
 
     async def _read(self, response: httpx2.Response, ctx: ToolContext) -> ToolOutput:
-        # The stream is read to its end even after the result or a malformed line (the
-        # worker ends it right after the result): httpx2 leaves generators beneath the
-        # response unclosed when a stream is left early. A peer that goes on sending
-        # garbage is cut off after _DRAIN_LIMIT bytes.
-        pending = b""
+        # The stream is read on after the result or a malformed line, up to _DRAIN_LIMIT
+        # bytes: the worker ends it right after the result, and a body read to its end
+        # leaves the connection for the next call. A peer that goes on sending is cut off.
+        reader = LineReader(self.max_line_bytes)
         found: ToolOutput | ToolError | WireError | None = None
         drained = 0
-        async with contextlib.aclosing(response.aiter_bytes()) as chunks:
-            async for chunk in chunks:
-                if found is not None:
-                    drained += len(chunk)
-                    if drained > _DRAIN_LIMIT:
-                        break
-                    continue
-                *lines, pending = (pending + chunk).split(b"\n")
-                for line in lines:
-                    try:
-                        found = self._line(line.decode("utf-8", errors="replace"), ctx)
-                    except (ToolError, WireError) as exc:
-                        found = exc
-                    if found is not None:
-                        break
+
+        def take(chunk: bytes) -> bool:
+            nonlocal found, drained
+            if found is None:
+                found = self._lines(reader, chunk, ctx)
+                return False
+            drained += len(chunk)
+            return drained > _DRAIN_LIMIT
+
+        await _read_raw(response, take)
         if isinstance(found, BaseException):
             raise found
         if found is None:
-            if pending.strip():
-                raise WireError(f"the response ended inside a line: {pending[:200]!r}")
+            reader.close()
             raise WireError("the response ended without the call's result (did the worker stop?)")
         return found
 
-    def _line(self, line: str, ctx: ToolContext) -> ToolOutput | None:
+    def _lines(
+        self, reader: LineReader, chunk: bytes, ctx: ToolContext
+    ) -> ToolOutput | ToolError | WireError | None:
+        """Act on the lines ``chunk`` completes; the result, or the error, once there is one."""
+        try:
+            for line in reader.feed(chunk):
+                found = self._line(line, ctx)
+                if found is not None:
+                    return found
+        except (ToolError, WireError) as exc:
+            return exc
+        return None
+
+    def _line(self, line: bytes, ctx: ToolContext) -> ToolOutput | None:
         """Act on one line of the stream; the call's output if it is the result."""
         if not line.strip():
             return None
@@ -300,7 +328,7 @@ class RemoteBackend:
         return None
 
     async def _refused(self, response: httpx2.Response) -> NoReturn:
-        body = (await response.aread())[:2000].decode("utf-8", errors="replace")
+        body = (await _head(response)).decode("utf-8", errors="replace")
         status = response.status_code
         try:
             reason = str(parse_error(body))
@@ -330,9 +358,42 @@ class RemoteBackend:
         )
 
 
+async def _read_raw(response: httpx2.Response, take: Callable[[bytes], bool]) -> None:
+    """Give the body's raw chunks to ``take`` until it has had enough (returns true).
+
+    Leaving the loop early would leave generators beneath the response
+    unclosed (httpx2 does not close them); the response is closed instead,
+    so that its next read fails and every one of them ends.
+    """
+    import httpx2
+
+    stopped = False
+    try:
+        async with contextlib.aclosing(response.aiter_raw()) as chunks:
+            async for chunk in chunks:
+                if not stopped and take(chunk):
+                    stopped = True
+                    await response.aclose()
+    except httpx2.HTTPError:
+        if not stopped:
+            raise
+
+
+async def _head(response: httpx2.Response) -> bytes:
+    """The first ``_REFUSAL_LIMIT`` bytes of a body, the rest left unread."""
+    head = bytearray()
+
+    def take(chunk: bytes) -> bool:
+        head.extend(chunk[: _REFUSAL_LIMIT - len(head)])
+        return len(head) >= _REFUSAL_LIMIT
+
+    await _read_raw(response, take)
+    return bytes(head)
+
+
 def parse_error(body: str) -> str:
     """The ``error`` text of a worker's JSON refusal; ``ValueError`` if it has none."""
-    data = json.loads(body)
+    data = loads_bounded(body)
     error = data.get("error") if isinstance(data, dict) else None
     if not isinstance(error, str):
         raise ValueError("no error text")

@@ -9,6 +9,13 @@ or more ``progress``, ``update`` and ``heartbeat`` lines, then exactly one
 the call's connection cancels it too. Anything else is refused with a
 status and a JSON ``{"error": ...}`` body saying why.
 
+Neither side trusts the other's bytes. The host cuts the response stream
+into lines with ``LineReader``, which scans each byte once and holds at most
+``max_line_bytes`` (``MAX_LINE_BYTES`` by default) of an unfinished line;
+both sides decode JSON through ``_core._json_bounds`` (a bounded number of
+values and depth, checked before decoding; no NaN or infinity), and a line
+or body over a bound is a ``WireError`` like any malformed one.
+
 This module only encodes and decodes; it does no I/O and imports no HTTP
 library, so both sides share it.
 """
@@ -21,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from .._core._json_bounds import JsonBoundsError, loads_bounded
 from .._core._types import (
     ContentBlock,
     ErrorClass,
@@ -31,13 +39,15 @@ from .._core._types import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Iterator, Mapping
 
 __all__ = [
     "CALLS_PATH",
+    "MAX_LINE_BYTES",
     "NDJSON",
     "TOKEN_ENV",
     "CallRequest",
+    "LineReader",
     "WireError",
     "decode_output",
     "encode_line",
@@ -50,6 +60,9 @@ CALLS_PATH = "/v1/calls"
 NDJSON = "application/x-ndjson"
 #: The environment variable a worker and ``RemoteBackend`` read the shared token from.
 TOKEN_ENV = "TOOLEXEC_WORKER_TOKEN"
+#: The longest line a host reads from a worker's response by default (1 MiB,
+#: the newline excluded): a result or update bigger than this is refused.
+MAX_LINE_BYTES = 1024 * 1024
 
 
 class WireError(ValueError):
@@ -88,8 +101,10 @@ def _string(data: Mapping[str, Any], key: str, default: str | None = None) -> st
 def parse_request(body: bytes) -> CallRequest:
     """The call a request body asks for; ``WireError`` says what is malformed."""
     try:
-        data = json.loads(body)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        data = loads_bounded(body)
+    except JsonBoundsError as exc:
+        raise WireError(f"the request body is too large to decode: {exc}") from None
+    except ValueError as exc:  # not UTF-8 JSON, NaN or an infinity, a 5000-digit integer
         raise WireError(f"the request body is not JSON: {exc}") from None
     if not isinstance(data, dict):
         raise WireError(f"the request body must be a JSON object, got {type(data).__name__}")
@@ -115,12 +130,29 @@ def parse_request(body: bytes) -> CallRequest:
     )
 
 
+_ENCODER = json.JSONEncoder(ensure_ascii=False, allow_nan=False, default=repr)
+_LENIENT = json.JSONEncoder(ensure_ascii=False, default=repr)
+_ASCII = json.JSONEncoder(allow_nan=False, default=repr)
+
+
 def encode_line(kind: str, **fields: Any) -> bytes:
     """One line of the response stream: ``{"type": kind, ...fields}`` and a newline.
 
-    A value JSON cannot hold (in a result's details) is sent as its ``repr``.
+    A value JSON cannot hold (in a result's details) is sent as its ``repr``,
+    a NaN or an infinity (which the host refuses) as the text ``"NaN"`` or
+    ``"Infinity"``, and a text with a lone surrogate (which UTF-8 cannot
+    hold) with every character past ASCII escaped.
     """
-    return json.dumps({"type": kind, **fields}, ensure_ascii=False, default=repr).encode() + b"\n"
+    message = {"type": kind, **fields}
+    try:
+        text = _ENCODER.encode(message)
+    except ValueError:  # NaN or an infinity: as text (and a circular value raises again)
+        message = json.loads(_LENIENT.encode(message), parse_constant=str)
+        text = _ENCODER.encode(message)
+    try:
+        return text.encode() + b"\n"
+    except UnicodeEncodeError:
+        return _ASCII.encode(message).encode() + b"\n"
 
 
 def _block(block: ContentBlock) -> dict[str, Any]:
@@ -183,12 +215,78 @@ def decode_output(data: Any) -> tuple[ToolOutput, ErrorClass | None]:
     return ToolOutput(blocks, details, is_error), error_class
 
 
-def parse_line(line: str) -> dict[str, Any]:
-    """One line of the response stream as an object with a string ``type``."""
+def parse_line(line: bytes | str) -> dict[str, Any]:
+    """One line of the response stream as an object with a string ``type``.
+
+    Decoded within the bounds of ``_core._json_bounds``, finite numbers only;
+    anything else is a ``WireError``.
+    """
     try:
-        data = json.loads(line)
-    except json.JSONDecodeError as exc:
+        data = loads_bounded(line)
+    except JsonBoundsError as exc:
+        raise WireError(f"a line is too large to decode: {exc}") from None
+    except ValueError as exc:  # not UTF-8 JSON, NaN or an infinity, a 5000-digit integer
         raise WireError(f"a line is not JSON ({exc}): {line[:200]!r}") from None
     if not isinstance(data, dict) or not isinstance(data.get("type"), str):
         raise WireError(f"a line is not an object with a 'type': {line[:200]!r}")
     return data
+
+
+@attrs.define(eq=False)
+class LineReader:
+    """Cut a worker's response stream into lines, holding at most ``max_line_bytes`` of one.
+
+    ``feed(chunk)`` yields the lines (``bytes``, without the ``\\n``) the
+    chunk completes, in order. Each byte is looked at once: the scan for the
+    next newline starts in the new chunk, never again in the part of a line
+    already held, so reading a stream is linear in its length. A line that
+    grows past ``max_line_bytes`` is a ``WireError`` as soon as it does,
+    raised after the lines before it were yielded, and what it held is
+    dropped. ``close()`` raises ``WireError`` when the stream
+    ended inside a line.
+    """
+
+    max_line_bytes: int = MAX_LINE_BYTES
+    _partial: bytearray = attrs.field(factory=bytearray, init=False)
+
+    def __attrs_post_init__(self) -> None:
+        if isinstance(self.max_line_bytes, bool) or not (
+            isinstance(self.max_line_bytes, int) and self.max_line_bytes >= 1
+        ):
+            raise ValueError(f"max_line_bytes must be an integer >= 1, got {self.max_line_bytes!r}")
+
+    @property
+    def buffered(self) -> int:
+        """Bytes of an unfinished line held now (never over ``max_line_bytes``)."""
+        return len(self._partial)
+
+    def feed(self, chunk: bytes) -> Iterator[bytes]:
+        """The lines ``chunk`` completes; ``WireError`` at a line over the limit."""
+        start, size, held = 0, len(chunk), self._partial
+        while (end := chunk.find(b"\n", start)) >= 0:
+            self._check(len(held) + end - start)
+            if held:
+                held += chunk[start:end]
+                line = bytes(held)
+                held.clear()
+            else:
+                line = chunk[start:end]
+            start = end + 1
+            yield line
+        self._check(len(held) + size - start)
+        held += chunk[start:]
+
+    def close(self) -> None:
+        """Check the stream ended between lines; ``WireError`` if inside one."""
+        held = bytes(self._partial)
+        self._partial.clear()
+        if held.strip():
+            raise WireError(f"the response ended inside a line: {held[:200]!r}")
+
+    def _check(self, length: int) -> None:
+        if length > self.max_line_bytes:
+            self._partial.clear()
+            raise WireError(
+                f"a line is longer than the host's limit of {self.max_line_bytes} bytes "
+                "(RemoteBackend max_line_bytes); it was not read further"
+            )
