@@ -23,7 +23,7 @@ SECONDS = 3
 
 
 def test_every_harness_has_a_seed_corpus() -> None:
-    assert {"formats", "ipc_lines", "workspace_paths"} <= set(HARNESSES)
+    assert {"formats", "ipc_lines", "remote_stream", "workspace_paths"} <= set(HARNESSES)
     for name in HARNESSES:
         seeds = list((FUZZ / "corpus" / name).iterdir())
         assert len(seeds) >= 5, f"fuzz/corpus/{name} needs seeds"
