@@ -75,7 +75,7 @@ def exec_command(args: argparse.Namespace, stdin: TextIO, stderr: TextIO) -> lis
 def tools_command(args: argparse.Namespace) -> list[dict[str, Any]]:
     """Run ``toolexec tools``: the built-in tool definitions in ``args.format``."""
     registry = ToolRegistry()
-    register_builtin_tools(registry, Workspace("."), shell=not args.no_shell)
+    register_builtin_tools(registry, Workspace("."), shell=args.shell)
     return formats.render_tools(registry.definitions(), args.format)
 
 
@@ -236,7 +236,7 @@ async def _open_tools(
 ) -> ToolRegistry:
     """The registry of the run: built-ins, ``--tools``, then the MCP servers' tools."""
     sources = ToolSources()
-    register_builtin_tools(sources.registry, job.workspace, shell=not args.no_shell)
+    register_builtin_tools(sources.registry, job.workspace, shell=args.shell)
     sources.claim("the built-in tools")
     for spec, factories in job.tools:
         for factory in factories:

@@ -60,8 +60,9 @@ def _parser() -> argparse.ArgumentParser:
         description=(
             "Read a provider response (OpenAI Chat Completions, OpenAI Responses or "
             "Anthropic Messages), run its tool calls against a workspace with the built-in "
-            "tools (read_file, write_file, edit_file, list_dir, search_files, echo, shell), "
-            "your own (--tools) and those of MCP servers (--mcp-config), and print the "
+            "tools (read_file, write_file, edit_file, list_dir, search_files, echo; shell "
+            "only with --shell), your own (--tools) and those of MCP servers (--mcp-config), "
+            "and print the "
             "result messages in the same format as JSON on stdout. The plan, "
             "progress and approval prompts go to stderr. Reads run without asking; writes "
             "and commands ask for approval on the terminal unless --yes is given."
@@ -92,7 +93,7 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--trace", metavar="FILE", help="write a Chrome trace-event timeline (opens in Perfetto)"
     )
-    run.add_argument("--no-shell", action="store_true", help="do not offer the shell tool")
+    _shell_options(run, "also offer the shell tool (it asks for approval unless --yes)")
     run.add_argument(
         "--tools",
         action="append",
@@ -137,7 +138,7 @@ def _parser() -> argparse.ArgumentParser:
         description="Print the built-in tool definitions in a provider's tool schema, as JSON.",
     )
     tools.add_argument("--format", "-f", choices=FORMATS, default="openai-chat")
-    tools.add_argument("--no-shell", action="store_true", help="leave the shell tool out")
+    _shell_options(tools, "print the shell tool too")
     serve = commands.add_parser(
         "serve",
         help="serve tool calls to an agent process (--stdio) or to toolexec hosts (--http)",
@@ -161,6 +162,20 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _shell_options(parser: argparse.ArgumentParser, shell_help: str) -> None:
+    """``--shell``, and ``--no-shell`` (the default, still accepted): the built-in tools
+    include the shell only when asked, as ``register_builtin_tools`` does."""
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument(
+        "--shell",
+        action="store_true",
+        help=f"{shell_help}; the shell runs any command, as your user, and is off by default",
+    )
+    group.add_argument(
+        "--no-shell", action="store_true", help="leave the shell tool out (the default)"
+    )
+
+
 def _version() -> str:
     from .._core._version import VERSION
 
@@ -177,7 +192,9 @@ def _serve_options(serve: argparse.ArgumentParser) -> None:
         help="the built-in tools work in DIR (--stdio: default '.'; --http: without it, "
         "no built-in tools are offered)",
     )
-    serve.add_argument("--no-shell", action="store_true", help="leave the shell tool out")
+    _shell_options(
+        serve, "serve the shell tool with the built-in ones (no one is asked to approve a call)"
+    )
     serve.add_argument(
         "--tools",
         action="append",
@@ -203,7 +220,7 @@ def _serve_options(serve: argparse.ArgumentParser) -> None:
 
 def _stdio_options(parser: argparse.ArgumentParser) -> None:
     """The options of ``serve --stdio`` besides those it shares with ``--http``
-    (``--workspace``, ``--no-shell``, ``--tools``: ``_serve_options``)."""
+    (``--workspace``, ``--shell``, ``--tools``: ``_serve_options``)."""
     parser.add_argument(
         "--name", default="runner", help="--stdio: the runner's name (its agent path is root/NAME)"
     )
@@ -260,7 +277,7 @@ def _serve(args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int:
     if args.stdio:
         from ._ipc import serve
 
-        return serve(args)
+        return serve(args, stderr)
     from ._commands import load_policy
     from ._remote import serve_command
 

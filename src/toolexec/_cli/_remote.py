@@ -2,13 +2,16 @@
 
 The worker serves the tools it is started with, loaded as ``toolexec exec``
 loads them (``--tools``, ``--mcp-config``, and the built-in tools on
-``--workspace`` when one is given), under its own ``--policy``. The shared
-token comes from ``--token-file`` or the ``TOOLEXEC_WORKER_TOKEN``
-environment variable, never from the command line (which other users of
-the machine can read). Once listening it prints one line on stdout,
-``toolexec worker listening on http://HOST:PORT``, so a script starting it
-with port 0 learns the port; its log (calls started, finished, cancelled,
-refused) goes to stderr.
+``--workspace`` when one is given, the shell among them only with
+``--shell``, as ``register_builtin_tools`` has it), under its own
+``--policy``; it never asks for approval. The shared token comes from
+``--token-file`` or the ``TOOLEXEC_WORKER_TOKEN`` environment variable,
+never from the command line (which other users of the machine can read).
+Before listening it says on stderr which tools it serves, under which
+policy, and that it never asks; once listening it prints one line on
+stdout, ``toolexec worker listening on http://HOST:PORT``, so a script
+starting it with port 0 learns the port; its log (calls started, finished,
+cancelled, refused) goes to stderr.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import sys
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
@@ -25,6 +29,7 @@ import trio
 
 from .._backends._remote_wire import TOKEN_ENV
 from .._backends._remote_worker import check_token, serve_worker
+from .._core._display import display_lines
 from .._tools._builtins import register_builtin_tools
 from .._tools._workspace import Workspace
 from ._sources import ToolSources, UsageError, load_mcp_config, load_tools, open_mcp_tools
@@ -32,6 +37,7 @@ from ._sources import ToolSources, UsageError, load_mcp_config, load_tools, open
 if TYPE_CHECKING:
     import argparse
 
+    from .._core._registry import ToolRegistry
     from .._core._tool_protocol import ToolFactory
     from .._gate._policy import ToolPolicy
     from ..mcp import MCPServerConfig
@@ -102,10 +108,37 @@ def _load(args: argparse.Namespace, policy: ToolPolicy | None) -> _Worker:
     return _Worker(host, port, token, policy, workspace, tools, mcp)
 
 
-async def _serve(worker: _Worker, args: argparse.Namespace, stdout: TextIO) -> None:
+def _describe(worker: _Worker, args: argparse.Namespace, registry: ToolRegistry) -> str:
+    """What the worker serves, under which policy, and that it never asks."""
+    names = sorted(registry.names())
+    if worker.workspace is None:
+        builtins = "; no built-in tools (--workspace DIR serves them)"
+    elif "shell" not in names:
+        builtins = f"; built-in tools on {worker.workspace.root}, not the shell (--shell serves it)"
+    else:
+        builtins = f"; built-in tools on {worker.workspace.root}, the shell among them"
+    rules = getattr(worker.policy, "rules", None)
+    if worker.policy is None:
+        policy = "none: every call of these tools is allowed (--policy FILE restricts them)"
+    elif rules is not None:
+        default = getattr(worker.policy, "default", "allow")
+        policy = f"the {len(rules)} rule(s) of {args.policy}, default {default}"
+    else:
+        policy = f"{type(worker.policy).__name__} from {args.policy}"
+    return (
+        f"toolexec worker: serving {len(names)} tool(s): {', '.join(names)}{builtins}\n"
+        f"toolexec worker: policy: {policy}\n"
+        "toolexec worker: approval: none: the worker never asks (each host approves before "
+        "it sends a call); a rule that says 'ask' refuses\n"
+    )
+
+
+async def _serve(
+    worker: _Worker, args: argparse.Namespace, stdout: TextIO, stderr: TextIO | None = None
+) -> None:
     sources = ToolSources()
     if worker.workspace is not None:
-        register_builtin_tools(sources.registry, worker.workspace, shell=not args.no_shell)
+        register_builtin_tools(sources.registry, worker.workspace, shell=args.shell)
         sources.claim("the built-in tools")
     for spec, factories in worker.tools:
         for factory in factories:
@@ -113,6 +146,9 @@ async def _serve(worker: _Worker, args: argparse.Namespace, stdout: TextIO) -> N
     async with contextlib.AsyncExitStack() as stack:
         if worker.mcp:
             await open_mcp_tools(stack, worker.mcp, sources, args.mcp_config)
+        log = sys.stderr if stderr is None else stderr
+        log.write(display_lines(_describe(worker, args, sources.registry)))
+        log.flush()
         failure: OSError | None = None
         async with trio.open_nursery() as nursery:
             try:
@@ -165,7 +201,7 @@ def serve_command(
     logger.addHandler(handler)
     logger.setLevel(logging.INFO)
     try:
-        trio.run(_serve, worker, args, stdout)
+        trio.run(_serve, worker, args, stdout, stderr)
     finally:
         logger.removeHandler(handler)
         logger.setLevel(level)
