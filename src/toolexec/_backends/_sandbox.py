@@ -14,10 +14,14 @@ Theory of operation.
   use, and runs every call at the best that works; a required minimum the
   machine cannot meet is an error result, and nothing runs.
 * *The child*: ``python -I -S -c <_sandbox_child>`` under the wrapper. It
-  reads one JSON request from a pipe, sets the work up, forks the work (the
-  shell command, exec'd; or a function tool, imported by name and run with
-  ``trio.run``) and reports JSON lines on another pipe. It exits when the
-  work does, which ends the pid namespace and everything left in it.
+  reads one request from a pipe: a dict in ``marshal`` format, after its
+  length (8 bytes, big-endian). ``marshal`` is built into the interpreter,
+  so reading it imports nothing (``json`` would import ``re`` and more, at
+  every call), and the child runs the host's own interpreter, so the format
+  matches. It sets the work up, forks the work (the shell command, exec'd;
+  or a function tool, imported by name and run with ``trio.run``) and
+  reports JSON lines on another pipe. It exits when the work does, which
+  ends the pid namespace and everything left in it.
 * *Ending*: the wrapper leads a process group of its own (``_process``); on
   timeout or cancellation the group gets SIGTERM, the grace period, then
   SIGKILL. In a namespace the launcher is the namespace's first process
@@ -391,6 +395,9 @@ class _Run:
         listener: Callable[[str, bytes], None] | None,
         limit: float,
     ) -> tuple[_Reports, bool]:
+        """Start the launcher, send it the request (``work`` and the set-up, in
+        ``marshal`` format after its length), read its reports until it ends;
+        the reports, and whether ``limit`` ran out."""
         argv, setup = command(self.level, self.found, self.limits, workspace, keep)
         rlimits = self.limits.rlimits()
         if "processes" in rlimits and self.level != "rlimits":
@@ -398,7 +405,7 @@ class _Run:
         request = {**work, **setup, "rlimits": rlimits}
         try:
             body = marshal.dumps(request)
-        except ValueError as exc:  # a value marshal cannot hold: not JSON
+        except ValueError as exc:  # a value marshal cannot hold; a JSON value always fits
             raise ToolError(f"The call's arguments cannot be sent to the sandbox: {exc}") from None
         data = len(body).to_bytes(8, "big") + body
         reports = _Reports()

@@ -2,8 +2,11 @@
 
 It is started as ``python -I -S -c <this file's source> REQUEST_FD REPORT_FD``
 (under bwrap, under unshare, or as a plain child), so it uses the standard
-library only until it runs a function tool. It reads one JSON request from
-``REQUEST_FD``, and writes JSON lines to ``REPORT_FD``:
+library only until it runs a function tool. It reads one request from
+``REQUEST_FD``: its length (8 bytes, big-endian), then a dict in ``marshal``
+format, which the interpreter reads without importing anything (the host
+runs this same interpreter, so the format matches). It writes JSON lines to
+``REPORT_FD``:
 
 * ``{"op": "started"}`` once the work runs, or ``{"op": "failed", "message"}``
   when the set-up failed (nothing ran);

@@ -63,7 +63,8 @@ def output_from_json(data: Any) -> ToolOutput:
 
 
 def context_to_json(ctx: ToolContext) -> dict[str, Any]:
-    """What the sandboxed function sees of its call's context."""
+    """What the sandboxed function sees of its call's context, as plain values
+    (JSON's types; the grant's limits made so), to go in the marshalled request."""
     grant = ctx.grant
     root = getattr(ctx.workspace, "root", None)
     return {
