@@ -243,6 +243,9 @@ async def test_serve_http_serves_the_shell_only_when_asked(tmp_path: Path) -> No
         "(--policy FILE restricts them)"
     )
     assert log[2].startswith("toolexec worker: approval: none: the worker never asks")
+    # serve_worker's own log line says it too, for workers started from Python
+    [listening] = [line for line in log if "worker listening on" in line]
+    assert listening.endswith("; policy: AllowAll; approval: none (the worker never asks)")
     text, log = await _serve_and_call(tmp_path, "--shell")
     assert "ran" in text
     assert log[0].endswith("the shell among them")

@@ -397,5 +397,11 @@ async def serve_worker(
     settings.graceful_timeout = grace_period
     async with trio.open_nursery() as nursery:
         binds: list[str] = await nursery.start(serve, app, settings)
-        _log.info("worker listening on %s with tools: %s", binds[0], ", ".join(registry.names()))
+        _log.info(
+            "worker listening on %s with tools: %s; policy: %s; approval: none (the worker "
+            "never asks)",
+            binds[0],
+            ", ".join(registry.names()),
+            type(executor.policy).__name__,
+        )
         task_status.started(binds[0])
