@@ -408,7 +408,7 @@ async def test_output_streams_to_the_host_as_it_is_read(root: Path) -> None:
 async def test_a_character_split_across_reads_is_streamed_whole() -> None:
     sent: list[tuple[str, Any]] = []
     ctx = ToolContext("c1", "shell", emit=lambda kind, payload: sent.append((kind, payload)))
-    listen = toolexec._tools._shell._streamer(ctx)
+    listen = toolexec._tools._shell.update_listener(ctx)
     for stream, chunk in [("stdout", b"caf\xc3"), ("stderr", b"\xe2\x82"), ("stdout", b"\xa9!")]:
         listen(stream, chunk)
     listen("stderr", b"\xac")

@@ -55,7 +55,7 @@ import trio
 from .._core._errors import ToolError
 from .._core._types import ErrorClass, ToolOutput, strings
 from .._proc._process import OutputCapture, PipeCollector, open_group_process, reap, supervise
-from .._tools._shell import DEFAULT_ENV_ALLOW, ShellTool, _Ended, _streamer, shell_output
+from .._tools._shell import DEFAULT_ENV_ALLOW, CommandEnd, ShellTool, shell_output, update_listener
 from ._sandbox_codec import context_to_json, locate, output_from_json
 from ._sandbox_launch import Detection, command, home_dir, probe_levels
 from ._sandbox_limits import ISOLATION_LEVELS, RANK, SandboxLimits
@@ -278,7 +278,7 @@ class _Run:
         request = {"kind": "exec", "argv": [tool.shell, "-c", command]}
         out = OutputCapture(tool.max_output_bytes)
         err = OutputCapture(tool.max_output_bytes)
-        listener = _streamer(self.ctx) if self.ctx.observed else None
+        listener = update_listener(self.ctx) if self.ctx.observed else None
         start = trio.current_time()
         reports, timed_out = await self._execute(
             request, workspace, [], env, out, err, listener, limit
@@ -290,7 +290,7 @@ class _Run:
         if reports.exit_signal is not None:
             code = -reports.exit_signal
         lost = code is None and not timed_out
-        ended = _Ended(code, timed_out, None, None, lost)
+        ended = CommandEnd(code, timed_out, None, None, lost)
         try:
             output = shell_output(command, ended, out, err, duration, limit)
         except ToolError as exc:

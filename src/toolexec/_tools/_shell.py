@@ -69,7 +69,7 @@ if TYPE_CHECKING:
     from .._core._tool_protocol import ToolContext
     from ._workspace import Workspace
 
-__all__ = ["ShellTool"]
+__all__ = ["DEFAULT_ENV_ALLOW", "CommandEnd", "ShellTool", "shell_output", "update_listener"]
 
 #: Variables copied from the host environment when present.
 DEFAULT_ENV_ALLOW = (
@@ -109,7 +109,7 @@ _BASH_WORDS = frozenset(
 _SAME_WITHOUT_ARGS = frozenset({"true", "false"})
 
 
-def _streamer(ctx: ToolContext) -> Callable[[str, bytes], None]:
+def update_listener(ctx: ToolContext) -> Callable[[str, bytes], None]:
     """Send each piece of output to the host as a ``CallUpdate``, decoded as it arrives.
 
     A UTF-8 sequence split across two reads is decoded whole; each stream
@@ -148,7 +148,7 @@ def _allowed_env(allow: tuple[str, ...], extra: Mapping[str, str]) -> dict[str, 
 
 
 @attrs.frozen
-class _Ended:
+class CommandEnd:
     """How a command ended, and what was ended with it."""
 
     code: int | None
@@ -161,7 +161,7 @@ class _Ended:
     lost: bool = False
 
 
-def _describe_end(ended: _Ended, limit: float) -> str:
+def _describe_end(ended: CommandEnd, limit: float) -> str:
     timed_out = f"timed out after {limit:g} s; " if ended.timed_out else ""
     if ended.lost:
         return f"{timed_out}exit status unknown: the process watching it was stopped or killed"
@@ -299,7 +299,7 @@ class ShellTool:
         out = OutputCapture(self.max_output_bytes)
         err = OutputCapture(self.max_output_bytes)
         try:
-            collector = PipeCollector(out, err, _streamer(ctx) if ctx.observed else None)
+            collector = PipeCollector(out, err, update_listener(ctx) if ctx.observed else None)
         except OSError as exc:
             raise ToolError(f"Could not create the pipes for the output: {exc}") from None
         try:
@@ -311,7 +311,7 @@ class ShellTool:
 
     async def _run(
         self, command: str, collector: PipeCollector, limit: float, grace: float
-    ) -> _Ended:
+    ) -> CommandEnd:
         """Run under a reaper where there is one, else in a process group."""
         try:
             attempts = self._attempts(command)
@@ -336,7 +336,7 @@ class ShellTool:
             raise ToolError(f"Could not start the shell {self.shell!r}: {process.error}")
         if process.failed_attempts and len(attempts) > 1:  # the direct exec failed
             self._found.pop(os.fsdecode(attempts[0].argv[0]), None)
-        return _Ended(
+        return CommandEnd(
             process.returncode,
             timed_out,
             process.descendants_killed,
@@ -356,7 +356,7 @@ class ShellTool:
 
     async def _run_in_group(
         self, command: str, collector: PipeCollector, limit: float, grace: float
-    ) -> _Ended:
+    ) -> CommandEnd:
         """Where there is no reaper: the command's process group is the boundary."""
         try:
             process = await self._spawn(command, *collector.write_ends)
@@ -373,7 +373,7 @@ class ShellTool:
             timed_out = await supervise(process, collector, limit, grace)
         finally:
             await reap(process, grace)
-        return _Ended(process.returncode, timed_out)
+        return CommandEnd(process.returncode, timed_out)
 
     async def _spawn(self, command: str, stdout: int, stderr: int) -> trio.Process:
         direct = self._direct(command)
@@ -439,7 +439,7 @@ class ShellTool:
 
 def shell_output(
     command: str,
-    ended: _Ended,
+    ended: CommandEnd,
     out: OutputCapture,
     err: OutputCapture,
     duration: float,
