@@ -4,14 +4,18 @@
 chunk size), feeds them through ``LineSplitter`` with a small line limit,
 decodes every line, and checks that each outcome is a documented one: a
 ``ToolCallMessage`` with well-typed fields, or a ``ProtocolError`` whose
-slug is in ``PROTOCOL_SLUGS``. Any other exception is a bug. It needs no
-atheris: a fuzzer or a test calls it directly.
+slug is in ``PROTOCOL_SLUGS`` and whose ``protocol_error`` line is one JSON
+object naming the id the error carries (a valid one, or none) with a
+message within the bound every message keeps. Any other exception is a bug.
+It needs no atheris: a fuzzer or a test calls it directly.
 """
 
 from __future__ import annotations
 
 import json
 
+from toolexec._core._messages import MESSAGE_CHARS
+from toolexec._ipc._protocol import protocol_error_message
 from toolexec.ipc import (
     PROTOCOL_SLUGS,
     LineSplitter,
@@ -33,6 +37,20 @@ def _check_call(message: ToolCallMessage) -> None:
     json.dumps(message.args, allow_nan=False)
 
 
+def _check_refusal(error: ProtocolError) -> None:
+    assert error.slug in PROTOCOL_SLUGS, error.slug
+    assert error.message
+    line = protocol_error_message(error, 7)
+    assert line.endswith(b"\n")
+    assert b"\n" not in line[:-1]
+    answer = json.loads(line)
+    assert (answer["op"], answer["error"], answer["line"]) == ("protocol_error", error.slug, 7)
+    assert 0 < len(answer["message"]) <= MESSAGE_CHARS
+    named = answer.get("tool_call_id")
+    assert named == error.tool_call_id
+    assert named is None or 0 < len(named) <= 256
+
+
 def _check_line(line: bytes) -> None:
     assert b"\n" not in line
     assert len(line) <= MAX_LINE
@@ -42,8 +60,7 @@ def _check_line(line: bytes) -> None:
     except ProtocolError as exc:
         outcome = exc
     if isinstance(outcome, ProtocolError):
-        assert outcome.slug in PROTOCOL_SLUGS, outcome.slug
-        assert outcome.message
+        _check_refusal(outcome)
     else:
         _check_call(outcome)
 

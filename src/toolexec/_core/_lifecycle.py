@@ -20,6 +20,7 @@ import enum
 from typing import TYPE_CHECKING, Any
 
 from ._errors import InternalError
+from ._messages import bounded
 from ._types import ErrorClass, RoutingClass, TextContent, ToolCall, ToolResult
 
 if TYPE_CHECKING:
@@ -104,11 +105,15 @@ class CallSlot:
 
 
 def error_result(slot: CallSlot, error_class: ErrorClass, text: str, **kw: Any) -> ToolResult:
-    """An error result for the slot's call, tagged with its routing class."""
+    """An error result for the slot's call, tagged with its routing class.
+
+    Its text is ``bounded``: a tool's own error or an exception's words may
+    quote whatever the model sent.
+    """
     return ToolResult(
         slot.call.id,
         slot.call.name,
-        (TextContent(text),),
+        (TextContent(bounded(text)),),
         True,
         error_class,
         routing=slot.routing,

@@ -1,8 +1,14 @@
-"""Every text the executor shows the model, in one place.
+"""Every text the executor shows the model, in one place, and the one rule that bounds them.
 
 A model reads these to decide what to do next, so each one says what went
 wrong with *this* call and, where it can, what to do instead. The functions
 are pure; the planning and run paths only pick which one applies.
+
+The bound (docs/security.md): a text that came from outside (a tool name,
+a path, an argument, an id, an exception's words) is quoted by at most
+``CLIP_CHARS`` characters, and a whole message, here or in a policy's
+denial or the IPC supervisor's answers, is at most ``MESSAGE_CHARS``; both
+cut by ``clip``, which keeps the two ends and counts what it left out.
 """
 
 from __future__ import annotations
@@ -27,8 +33,11 @@ _JSON_KINDS = {
 }
 
 
-#: How much of a text that came from the model (a name, a value) one message shows.
+#: How much of a text that came from outside (a name, a value, a path) one message shows.
 CLIP_CHARS = 200
+#: The longest message toolexec writes for a model or a runner, in characters.
+MESSAGE_CHARS = 4000
+_COUNTED = 32  # room for clip's "…[N characters]…"
 
 
 def clip(text: str, limit: int = CLIP_CHARS) -> str:
@@ -40,6 +49,17 @@ def clip(text: str, limit: int = CLIP_CHARS) -> str:
         return text
     head, tail = limit * 2 // 3, limit // 3
     return f"{text[:head]}…[{len(text) - head - tail} characters]…{text[-tail:]}"
+
+
+def bounded(message: str) -> str:
+    """``message``, or, past ``MESSAGE_CHARS``, its two ends (``clip``).
+
+    Every message leaves through this: an error result's text, a policy's
+    denial, a supervisor's refusal.
+    """
+    if len(message) <= MESSAGE_CHARS:
+        return message
+    return clip(message, MESSAGE_CHARS - _COUNTED)
 
 
 def not_found(name: str, available: Iterable[str]) -> str:

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import attrs
 
+from .._core._messages import bounded, clip
 from .._core._types import strings
 from .._core._workspace_errors import WorkspaceError, WorkspaceErrorKind
 from ._policy import ALLOW, HOST, Allow, Ask, Decision, Deny, ExecutionGrant, ToolPolicy, tightest
@@ -253,7 +254,7 @@ class Rule:
     def decision(self) -> Decision:
         """The decision this rule gives."""
         if self.action == "deny":
-            return Deny(self.reason or f"the rule for '{self.tool}' denies it")
+            return _deny(self.reason or f"the rule for '{self.tool}' denies it")
         if self.sandbox is None and not self.limits:
             return Ask(self.reason) if self.action == "ask" else ALLOW
         grant = ExecutionGrant(sandbox=self.sandbox or HOST, limits=dict(self.limits))
@@ -341,7 +342,7 @@ class RulePolicy:
                 return rule.decision()
         if self.default == "allow":
             return ALLOW
-        return Deny("no rule allows it") if self.default == "deny" else Ask("no rule matched")
+        return _deny("no rule allows it") if self.default == "deny" else Ask("no rule matched")
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> RulePolicy:
@@ -483,28 +484,37 @@ class CapabilityPolicy:
         """Deny unless the tool and every declared path argument are granted."""
         caps = self.capabilities(agent_path)
         if caps is None:
-            return Deny(f"agent '{agent_path}' has no capabilities granted")
+            return _deny(f"agent '{agent_path}' has no capabilities granted")
         name = definition.name
         if not any(_glob_regex(p.replace("*", "**")).fullmatch(name) for p in caps.tools):
             granted = ", ".join(caps.tools) or "none"
-            return Deny(f"agent '{agent_path}' is not granted tool '{name}' (granted: {granted})")
+            return _deny(f"agent '{agent_path}' is not granted tool '{name}' (granted: {granted})")
         for arg, mode in definition.path_arguments.items():
             value = arguments.get(arg, ".")  # left out: the tool's default, the whole workspace
             if not isinstance(value, str):
-                return Deny(f"path argument '{arg}' is not a string")
+                return _deny(f"path argument '{arg}' is not a string")
             path = _where(self.workspace or definition.workspace, value)
             if isinstance(path, Deny):
                 return path
             need = "r" if mode == "r" else "w"
             if not any(g.covers(path, need) for g in caps.paths):
-                verb = "read" if need == "r" else "write"
-                allowed = ", ".join(g.path for g in caps.paths if need == "r" or g.mode == "rw")
-                leads = "" if path == normalize_path(value) else f", which leads to '{path}'"
-                return Deny(
-                    f"agent '{agent_path}' may not {verb} '{value}'{leads} "
-                    f"(it may {verb}: {allowed or 'nothing'})"
-                )
+                return _not_granted(agent_path, caps, need, value, path)
         return ALLOW
+
+
+def _deny(reason: str) -> Deny:
+    """A denial whose reason is ``bounded``: it may quote what the model sent."""
+    return Deny(bounded(reason))
+
+
+def _not_granted(agent_path: str, caps: Capabilities, need: str, value: str, path: str) -> Deny:
+    verb = "read" if need == "r" else "write"
+    allowed = ", ".join(g.path for g in caps.paths if need == "r" or g.mode == "rw")
+    leads = "" if path == normalize_path(value) else f", which leads to '{clip(path)}'"
+    return _deny(
+        f"agent '{agent_path}' may not {verb} '{clip(value)}'{leads} "
+        f"(it may {verb}: {allowed or 'nothing'})"
+    )
 
 
 #: Where a path leads somewhere refused, or is a path no tool takes (over the
@@ -531,9 +541,9 @@ def _where(workspace: PathResolver | None, value: str) -> str | Deny:
     parts = [p for p in value.split("/") if p not in ("", ".")]
     if workspace is None:
         if value.startswith("/") or ".." in parts:
-            return Deny(
-                f"path '{value}' is absolute or uses '..', which this policy cannot check "
-                "without the workspace; name it from the workspace root"
+            return _deny(
+                f"path '{clip(value)}' is absolute or uses '..', which this policy cannot "
+                "check without the workspace; name it from the workspace root"
             )
         return "/".join(parts) or "."
     lead = "/" if value.startswith("/") else ""
@@ -544,10 +554,10 @@ def _where(workspace: PathResolver | None, value: str) -> str | Deny:
             break
         except WorkspaceError as exc:
             if exc.kind in _REFUSALS or not prefix:
-                return Deny(f"path '{value}' {exc.reason.rstrip('.')}")
+                return _deny(f"path '{clip(value)}' {exc.reason.rstrip('.')}")
             rest.insert(0, prefix.pop())
     if ".." in rest:
-        return Deny(f"path '{value}' uses '..' after a part that does not exist")
+        return _deny(f"path '{clip(value)}' uses '..' after a part that does not exist")
     return "/".join(p for p in (where, *rest) if p != ".") or "."
 
 

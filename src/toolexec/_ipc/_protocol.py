@@ -28,6 +28,7 @@ import attrs
 
 from .._core._errors import ToolexecError
 from .._core._json_bounds import DECODER, JsonBoundsError, check_bounds
+from .._core._messages import bounded, clip
 from .._core._types import ErrorClass, TextContent, ToolCall
 
 if TYPE_CHECKING:
@@ -248,7 +249,7 @@ def decode_call(line: bytes) -> ToolCall:
     call_id = raw_id if isinstance(raw_id, str) and 0 < len(raw_id) <= MAX_ID_CHARS else None
     op = value.get("op")
     if op != "tool_call":
-        shown = json.dumps(op)[:80] if isinstance(op, str) else repr(type(op).__name__)
+        shown = clip(json.dumps(op)) if isinstance(op, str) else repr(type(op).__name__)
         raise ProtocolError(
             "unknown_op", f"unknown op {shown}; a runner sends only op 'tool_call'", call_id
         )
@@ -336,7 +337,7 @@ def protocol_error_message(error: ProtocolError, line_number: int) -> bytes:
     message: dict[str, Any] = {
         "op": "protocol_error",
         "error": error.slug,
-        "message": error.message,
+        "message": bounded(error.message),
         "line": line_number,
     }
     if error.tool_call_id is not None:

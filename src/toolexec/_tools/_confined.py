@@ -322,7 +322,7 @@ class _Walk:
         if target.startswith("/"):
             inside = self.root.strip_root(parts)
             if inside is None:
-                raise self._escape("is outside the workspace.", target)
+                raise self._escape("is outside the workspace.")
             self.dirs.reset()
             parts = inside
         self.queue.extendleft(reversed(parts))
@@ -335,12 +335,13 @@ class _Walk:
                 WorkspaceErrorKind.TOO_MANY_LINKS,
             )
 
-    def _escape(self, why: str, target: str | None = None) -> WorkspaceError:
+    def _escape(self, why: str) -> WorkspaceError:
         if self.via_link is None:
             return self._error(why, _OUTSIDE)
-        to = f" to {target!r}" if target is not None else ""
+        # Where the link leads is not said: a host path outside the workspace is
+        # none of the model's (or a runner's) business.
         return self._error(
-            f"goes through the symbolic link {show(self.via_link)}{to}, "
+            f"goes through the symbolic link {show(_shortened(self.via_link))}, "
             "which leads outside the workspace.",
             _OUTSIDE,
         )
