@@ -74,17 +74,28 @@ def call(cid: str, tool: str = "echo", **args: Any) -> bytes:
 
 
 async def exchange(payload: bytes, supervisor: Supervisor | None = None) -> list[dict[str, Any]]:
-    """Send ``payload`` as a runner, close, and return every line the supervisor answered."""
+    """Send ``payload`` as a runner, wait for an answer to each of its lines, close, and
+    return every line the supervisor answered.
+
+    The runner closes only then: its output ending would cancel the calls still running.
+    """
     supervisor = supervisor or Supervisor(ToolExecutor(registry()))
     to_sup, from_runner = trio.testing.memory_stream_one_way_pair()
     to_runner, from_sup = trio.testing.memory_stream_one_way_pair()
-    await to_sup.send_all(payload)
-    await to_sup.aclose()
-    await supervisor.serve(RunnerConfig("r"), from_runner, to_runner)
-    await to_runner.aclose()
+
+    async def serve() -> None:
+        await supervisor.serve(RunnerConfig("r"), from_runner, to_runner)
+        await to_runner.aclose()
+
     data = b""
-    while chunk := await from_sup.receive_some():
-        data += chunk
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(serve)
+        await to_sup.send_all(payload)
+        while data.count(b"\n") < payload.count(b"\n"):  # one answer a line
+            data += await from_sup.receive_some()
+        await to_sup.aclose()
+        while chunk := await from_sup.receive_some():  # and one for an unfinished last line
+            data += chunk
     assert data.endswith(b"\n") or not data
     return [json.loads(line) for line in data.split(b"\n")[:-1]]
 

@@ -129,13 +129,22 @@ async def _serve(
     )
     to_sup, from_runner = trio.testing.memory_stream_one_way_pair()
     to_runner, from_sup = trio.testing.memory_stream_one_way_pair()
-    await to_sup.send_all(payload)
-    await to_sup.aclose()
-    await Supervisor(executor).serve(runner, from_runner, to_runner)
-    await to_runner.aclose()
+
+    async def serve() -> None:
+        await Supervisor(executor).serve(runner, from_runner, to_runner)
+        await to_runner.aclose()
+
     data = b""
-    while chunk := await from_sup.receive_some():
-        data += chunk
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(serve)
+        await to_sup.send_all(payload)
+        # The runner's output ends only once each line is answered: its end would
+        # cancel the calls still running.
+        while data.count(b"\n") < payload.count(b"\n"):
+            data += await from_sup.receive_some()
+        await to_sup.aclose()
+        while chunk := await from_sup.receive_some():
+            data += chunk
     for sink in sinks:
         sink.close()
     records = [json.loads(r) for r in log.read_text().split("\n")[:-1]] if audit else []
