@@ -44,9 +44,6 @@ import trio
 import trio.testing
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from stress.conftest import stress_profile
 from toolexec import (
@@ -76,7 +73,6 @@ from toolexec.events import (
     EventSink,
 )
 from toolexec.models import ModelResponse
-from toolexec.otel import OTelSink
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -325,6 +321,12 @@ def check_parent_links(case: Case, events: list[Event]) -> None:
 def test_random_trees_trace_as_their_call_tree(case: Case) -> None:
     """With ``OTelSink``: each call's span sits under the span of the call that
     spawned its agent (through its run's and batch's spans), never a sibling's."""
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from toolexec.otel import OTelSink
+
     exporter = InMemorySpanExporter()
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))

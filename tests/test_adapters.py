@@ -38,8 +38,14 @@ from toolexec.models import (
     ProviderBlock,
 )
 
-openai = pytest.importorskip("openai")
-anthropic = pytest.importorskip("anthropic")
+
+def sdk(name: str) -> Any:
+    """The provider's SDK (``openai``, ``anthropic``), imported when a test first needs it.
+
+    Not at import: collection stays free of the SDKs, which take about a second
+    to import.
+    """
+    return pytest.importorskip(name)
 
 
 @attrs.define
@@ -261,7 +267,7 @@ PROVIDERS: dict[str, tuple[Callable[[], list[dict[str, Any]]], Setup, str]] = {
     "openai-chat": (
         chat_replies,
         lambda port: (
-            client := openai.AsyncOpenAI(
+            client := sdk("openai").AsyncOpenAI(
                 base_url=f"http://127.0.0.1:{port}/v1", api_key="sk-test", max_retries=0
             ),
             OpenAIChatModel("gpt-test", client),
@@ -271,7 +277,7 @@ PROVIDERS: dict[str, tuple[Callable[[], list[dict[str, Any]]], Setup, str]] = {
     "openai-responses": (
         responses_replies,
         lambda port: (
-            client := openai.AsyncOpenAI(
+            client := sdk("openai").AsyncOpenAI(
                 base_url=f"http://127.0.0.1:{port}/v1", api_key="sk-test", max_retries=0
             ),
             OpenAIResponsesModel("gpt-test", client),
@@ -281,7 +287,7 @@ PROVIDERS: dict[str, tuple[Callable[[], list[dict[str, Any]]], Setup, str]] = {
     "anthropic": (
         anthropic_replies,
         lambda port: (
-            client := anthropic.AsyncAnthropic(
+            client := sdk("anthropic").AsyncAnthropic(
                 base_url=f"http://127.0.0.1:{port}", api_key="sk-ant-test", max_retries=0
             ),
             AnthropicModel("claude-test", client, {"max_tokens": 512}),

@@ -35,7 +35,6 @@ from toolexec import (
 from toolexec.aio import AsyncioApprover, AsyncioSink, asyncio_tool
 from toolexec.approval import ApprovalAnswer, ApprovalConfig, ApprovalRequest
 from toolexec.events import CallCompleted, Event
-from toolexec.mcp import MCPConnectionError, open_mcp_server
 from toolexec.testing import ScriptedModel, tool_call
 
 if TYPE_CHECKING:
@@ -389,6 +388,8 @@ def test_the_awaiting_tasks_context_variables_reach_the_batch(mode: Mode) -> Non
 
 
 def test_an_mcp_server_entered_through_the_bridge_serves_two_batches() -> None:
+    from toolexec.mcp import open_mcp_server
+
     # Guest mode only: the server takes seconds to start; thread mode enters
     # contexts through the same code (test_contexts_are_left_in_reverse_order).
     registry = ToolRegistry()
@@ -434,6 +435,8 @@ def test_contexts_are_left_in_reverse_order_after_the_batches(mode: Mode) -> Non
 
 
 def test_an_error_entering_reaches_the_caller_and_keeps_nothing() -> None:
+    from toolexec.mcp import MCPConnectionError, open_mcp_server
+
     registry = ToolRegistry()
 
     async def main() -> None:

@@ -32,12 +32,13 @@ from toolexec import (
 )
 from toolexec.approval import ApprovalAnswer, ApprovalConfig, ApprovalMode, ApprovalRequest
 from toolexec.backends import SubprocessBackend
-from toolexec.mcp import MCPServerConfig
 from toolexec.policy import CallHook, Capabilities, Rewrite
 from toolexec.testing import ScriptedModel, tool_call
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
+
+    from toolexec.mcp import MCPServerConfig
 
 
 def single(fn: Callable[..., Any]) -> ToolRegistry:
@@ -351,13 +352,21 @@ def test_bad_host_inputs_are_refused_when_the_executor_is_built(
         ToolExecutor(echo_registry(), **kw)
 
 
+def mcp_server_config(args: Any) -> MCPServerConfig:
+    """An MCP server's configuration; ``toolexec.mcp`` (and the MCP SDK, which it
+    imports) only when a test builds one, not at collection."""
+    from toolexec.mcp import MCPServerConfig
+
+    return MCPServerConfig("notes", command="server", args=args)
+
+
 @pytest.mark.parametrize(
     ("make", "field"),
     [
         (lambda v: ConcurrencyConfig(promoted=v), "promoted"),
         (lambda v: Capabilities(tools=v), "Capabilities.tools"),
         (lambda v: ApprovalConfig(trusted_workspaces=v), "trusted_workspaces"),
-        (lambda v: MCPServerConfig("notes", command="server", args=v), "an MCP server's args"),
+        (lambda v: mcp_server_config(v), "an MCP server's args"),
         (lambda v: SubprocessBackend(env_allow=v), "env_allow"),
     ],
 )

@@ -28,25 +28,17 @@ from toolexec import (
 from toolexec.formats import FormatError
 from toolexec.models import ProviderBlock
 
-openai_types = pytest.importorskip("openai.types")
-anthropic_types = pytest.importorskip("anthropic.types")
 
-from anthropic.types import Message as AnthropicMessage  # noqa: E402
-from anthropic.types import MessageParam, ToolParam  # noqa: E402
-from openai.types.chat import (  # noqa: E402
-    ChatCompletion,
-    ChatCompletionFunctionToolParam,
-    ChatCompletionMessageParam,
-    ChatCompletionToolMessageParam,
-)
-from openai.types.responses import (  # noqa: E402
-    FunctionToolParam,
-    Response,
-    ResponseInputItemParam,
-)
-from openai.types.responses.response_input_item_param import (  # noqa: E402
-    FunctionCallOutput,
-)
+@pytest.fixture(autouse=True, scope="module")
+def _sdks_installed() -> None:
+    """Skip where the SDKs are missing; their types are imported by the tests that use them.
+
+    Not at import: collection stays free of the SDKs, which take about a second
+    to import.
+    """
+    pytest.importorskip("openai.types")
+    pytest.importorskip("anthropic.types")
+
 
 # -- helpers ------------------------------------------------------------------
 
@@ -206,6 +198,8 @@ def anthropic_message() -> dict[str, Any]:
 
 
 async def test_openai_chat_round_trip() -> None:
+    from openai.types.chat import ChatCompletion, ChatCompletionMessageParam
+
     raw = chat_completion()
     sdk = ChatCompletion.model_validate(raw)
     assert formats.detect_format(sdk) == "openai-chat"
@@ -239,6 +233,8 @@ async def test_openai_chat_round_trip() -> None:
 
 
 async def test_openai_responses_round_trip() -> None:
+    from openai.types.responses import Response, ResponseInputItemParam
+
     raw = responses_response()
     sdk = Response.model_validate(raw)
     assert formats.detect_format(sdk) == "openai-responses"
@@ -267,6 +263,9 @@ async def test_openai_responses_round_trip() -> None:
 
 
 async def test_anthropic_round_trip_carries_is_error() -> None:
+    from anthropic.types import Message as AnthropicMessage
+    from anthropic.types import MessageParam
+
     raw = anthropic_message()
     sdk = AnthropicMessage.model_validate(raw)
     assert formats.detect_format(sdk) == "anthropic"
@@ -314,6 +313,8 @@ def test_bare_chat_message_and_mapping_arguments() -> None:
 
 
 def test_text_only_responses_have_no_calls() -> None:
+    from openai.types.chat import ChatCompletion
+
     chat = chat_completion()
     chat["choices"][0]["message"] = {"role": "assistant", "content": "Done."}
     assert formats.parse_response(ChatCompletion.model_validate(chat)).text == "Done."
@@ -325,6 +326,9 @@ def test_text_only_responses_have_no_calls() -> None:
 
 
 def test_content_blocks_render_per_provider() -> None:
+    from anthropic.types import MessageParam
+    from openai.types.responses.response_input_item_param import FunctionCallOutput
+
     png = "iVBORw0KGgo="
     result = ToolResult(
         "c1",
@@ -354,6 +358,9 @@ def test_content_blocks_render_per_provider() -> None:
 
 
 def test_an_error_with_an_image_opens_with_an_error_part_in_responses() -> None:
+    from openai.types.chat import ChatCompletionToolMessageParam
+    from openai.types.responses.response_input_item_param import FunctionCallOutput
+
     shot = ImageContent("iVBORw0KGgo=", "image/webp")
     failed = ToolResult("c1", "shot", (shot,), is_error=True)
     (item,) = formats.render_results([failed], "openai-responses")
@@ -368,6 +375,10 @@ def test_an_error_with_an_image_opens_with_an_error_part_in_responses() -> None:
 
 
 def test_tool_definitions_render_as_each_provider_schema() -> None:
+    from anthropic.types import ToolParam
+    from openai.types.chat import ChatCompletionFunctionToolParam
+    from openai.types.responses import FunctionToolParam
+
     registry, _ = make_registry()
     definitions = registry.definitions()
     chat = formats.render_tools(definitions, "openai-chat")
@@ -494,6 +505,9 @@ def reasoning(n: int) -> dict[str, Any]:
 
 
 def test_anthropic_thinking_round_trips_first_and_unchanged() -> None:
+    from anthropic.types import Message as AnthropicMessage
+    from anthropic.types import MessageParam
+
     parsed = formats.parse_response(AnthropicMessage.model_validate(anthropic_thinking_message()))
     assert parsed.provider_blocks == (
         ProviderBlock("anthropic", THINKING),
@@ -514,6 +528,8 @@ def test_anthropic_thinking_round_trips_first_and_unchanged() -> None:
 
 
 def test_responses_reasoning_round_trips_before_the_calls_it_led_to() -> None:
+    from openai.types.responses import Response, ResponseInputItemParam
+
     raw = responses_response()
     fc1, fc2, fc3 = raw["output"][1:]
     raw["output"] = [reasoning(1), fc1, fc2, reasoning(2), fc3]

@@ -13,10 +13,6 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 import trio
-from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
-from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
-from langgraph.graph import START, MessagesState, StateGraph
-from langgraph.prebuilt import ToolNode, tools_condition
 
 import toolexec.aio
 from toolexec import (
@@ -28,28 +24,38 @@ from toolexec import (
     register_builtin_tools,
 )
 from toolexec.events import BatchPlanned, CallbackSink
-from toolexec.langgraph import ToolexecNode, as_langchain_tools
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Sequence
     from pathlib import Path
 
+    from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+    from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
     from langchain_core.runnables import Runnable
 
+# LangChain and LangGraph (and ``toolexec.langgraph``, which imports them) are
+# imported in the functions that use them, not at import: collection stays
+# free of them, and they take about half a second to import.
 
-class ScriptedChatModel(GenericFakeChatModel):
-    """LangChain's fake chat model, answering in turn; ``bind_tools`` records the tools."""
 
-    bound: list[str] = []  # noqa: RUF012 (a pydantic field)
+def scripted_chat_model(messages: list[AIMessage], bound: list[str]) -> GenericFakeChatModel:
+    """LangChain's fake chat model, answering in turn; ``bind_tools`` records the
+    tools' names in ``bound``."""
+    from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 
-    def bind_tools(  # type: ignore[override]
-        self, tools: Sequence[Any], **kwargs: Any
-    ) -> Runnable[Any, BaseMessage]:
-        self.bound = [getattr(t, "name", "") for t in tools]
-        return self
+    class ScriptedChatModel(GenericFakeChatModel):
+        def bind_tools(  # type: ignore[override]
+            self, tools: Sequence[Any], **kwargs: Any
+        ) -> Runnable[Any, BaseMessage]:
+            bound[:] = [getattr(t, "name", "") for t in tools]
+            return self
+
+    return ScriptedChatModel(messages=iter(messages))
 
 
 def _calls(*calls: tuple[str, str, dict[str, Any]]) -> AIMessage:
+    from langchain_core.messages import AIMessage
+
     return AIMessage(
         content="",
         tool_calls=[{"id": i, "name": n, "args": a, "type": "tool_call"} for i, n, a in calls],
@@ -69,7 +75,10 @@ def _registry(root: Path) -> ToolRegistry:
     return registry
 
 
-def _graph(node: Any, model: ScriptedChatModel, tools: list[Any]) -> Any:
+def _graph(node: Any, model: GenericFakeChatModel, tools: list[Any]) -> Any:
+    from langgraph.graph import START, MessagesState, StateGraph
+    from langgraph.prebuilt import tools_condition
+
     bound = model.bind_tools(tools)
 
     async def agent(state: MessagesState) -> dict[str, list[BaseMessage]]:
@@ -95,20 +104,24 @@ def _run(
 
 
 def test_two_turn_conversation_results_in_call_order(tmp_path: Path) -> None:
+    from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
+
+    from toolexec.langgraph import ToolexecNode, as_langchain_tools
+
     (tmp_path / "a.txt").write_text("old\n")
-    model = ScriptedChatModel(
-        messages=iter(
-            [
-                _calls(("c1", "echo", {"text": "one"}), ("c2", "echo", {"text": "two"})),
-                # Turn two: read, write, read of one file.
-                _calls(
-                    ("r1", "read_file", {"path": "a.txt"}),
-                    ("w1", "write_file", {"path": "a.txt", "content": "new\n"}),
-                    ("r2", "read_file", {"path": "a.txt"}),
-                ),
-                AIMessage(content="done"),
-            ]
-        )
+    bound: list[str] = []
+    model = scripted_chat_model(
+        [
+            _calls(("c1", "echo", {"text": "one"}), ("c2", "echo", {"text": "two"})),
+            # Turn two: read, write, read of one file.
+            _calls(
+                ("r1", "read_file", {"path": "a.txt"}),
+                ("w1", "write_file", {"path": "a.txt", "content": "new\n"}),
+                ("r2", "read_file", {"path": "a.txt"}),
+            ),
+            AIMessage(content="done"),
+        ],
+        bound,
     )
 
     async def body(executor: toolexec.aio.AsyncioExecutor) -> Any:
@@ -116,8 +129,8 @@ def test_two_turn_conversation_results_in_call_order(tmp_path: Path) -> None:
         return await graph.ainvoke({"messages": [HumanMessage("go")]})
 
     state = _run(tmp_path, body)
-    assert "echo" in model.bound
-    assert "read_file" in model.bound
+    assert "echo" in bound
+    assert "read_file" in bound
     messages = state["messages"]
     tool_messages = [m for m in messages if isinstance(m, ToolMessage)]
     assert [m.tool_call_id for m in tool_messages] == ["c1", "c2", "r1", "w1", "r2"]
@@ -132,6 +145,8 @@ def test_two_turn_conversation_results_in_call_order(tmp_path: Path) -> None:
 def test_read_write_read_batch_keeps_its_order_under_a_cap(tmp_path: Path) -> None:
     """Even with room for many reads at once, the write waits for the first read and
     the second read waits for the write."""
+    from toolexec.langgraph import ToolexecNode
+
     (tmp_path / "a.txt").write_text("v1\n")
     calls = [
         ("r1", "read_file", {"path": "a.txt"}),
@@ -160,6 +175,8 @@ def test_read_write_read_batch_keeps_its_order_under_a_cap(tmp_path: Path) -> No
 
 
 def _node_run(root: Path, input: Any) -> Any:
+    from toolexec.langgraph import ToolexecNode
+
     async def body(executor: toolexec.aio.AsyncioExecutor) -> Any:
         return await ToolexecNode(executor)(input)
 
@@ -169,6 +186,8 @@ def _node_run(root: Path, input: Any) -> Any:
 def test_input_shapes_like_tool_node(tmp_path: Path) -> None:
     """ToolNode: a state gives {"messages": [...]}, a message list gives a list, a list
     of tool-call dicts gives a list; the latest AIMessage is the one answered."""
+    from langchain_core.messages import HumanMessage
+
     message = _calls(("1", "echo", {"text": "hi"}))
     older = _calls(("0", "echo", {"text": "old"}))
     state = _node_run(tmp_path, {"messages": [older, HumanMessage("x"), message]})
@@ -191,6 +210,8 @@ class MessagesStateObject:
 
 def test_structured_content_is_json_text_like_tool_node(tmp_path: Path) -> None:
     """ToolNode: a tool returning a list of dicts gives that list as JSON text."""
+    from toolexec.langgraph import ToolexecNode
+
     registry = ToolRegistry()
 
     @function_tool(side_effects=SideEffects.NONE)
@@ -212,6 +233,7 @@ def test_structured_content_is_json_text_like_tool_node(tmp_path: Path) -> None:
 
 def test_custom_messages_key(tmp_path: Path) -> None:
     """ToolNode: messages_key names the state key read and written."""
+    from toolexec.langgraph import ToolexecNode
 
     async def body(executor: toolexec.aio.AsyncioExecutor) -> Any:
         node = ToolexecNode(executor, messages_key="history")
@@ -248,6 +270,8 @@ def test_errors_become_error_tool_messages(tmp_path: Path) -> None:
 
 def test_invalid_tool_calls_are_answered(tmp_path: Path) -> None:
     """Beyond ToolNode: a call LangChain could not parse still gets an answer."""
+    from langchain_core.messages import AIMessage
+
     message = AIMessage(
         content="",
         tool_calls=[{"id": "1", "name": "echo", "args": {"text": "ok"}, "type": "tool_call"}],
@@ -267,6 +291,8 @@ def test_invalid_tool_calls_are_answered(tmp_path: Path) -> None:
 
 def test_bad_input_is_a_clear_error(tmp_path: Path) -> None:
     """ToolNode: no messages, or no AIMessage, raises ValueError."""
+    from langchain_core.messages import HumanMessage
+
     with pytest.raises(ValueError, match="no messages"):
         _node_run(tmp_path, {"messages": []})
     with pytest.raises(ValueError, match="no AIMessage"):
@@ -276,12 +302,19 @@ def test_bad_input_is_a_clear_error(tmp_path: Path) -> None:
 
 
 def test_no_tool_calls_gives_no_messages(tmp_path: Path) -> None:
+    from langchain_core.messages import AIMessage
+
     assert _node_run(tmp_path, [AIMessage(content="nothing to do")]) == []
 
 
 def test_langchain_tools_in_the_prebuilt_tool_node_run_as_one_batch(tmp_path: Path) -> None:
     """as_langchain_tools: the prebuilt ToolNode's gathered calls reach toolexec as one
     batch; errors come back as error ToolMessages."""
+    from langchain_core.messages import AIMessage, ToolMessage
+    from langgraph.prebuilt import ToolNode
+
+    from toolexec.langgraph import as_langchain_tools
+
     message = _calls(
         ("1", "echo", {"text": "a"}),
         ("2", "fail", {"reason": "bad"}),
@@ -289,7 +322,7 @@ def test_langchain_tools_in_the_prebuilt_tool_node_run_as_one_batch(tmp_path: Pa
     )
     batches: list[BatchPlanned] = []
 
-    model = ScriptedChatModel(messages=iter([message, AIMessage(content="done")]))
+    model = scripted_chat_model([message, AIMessage(content="done")], [])
 
     async def body(executor: toolexec.aio.AsyncioExecutor) -> Any:
         tools = as_langchain_tools(executor)
@@ -308,6 +341,8 @@ def test_langchain_tools_in_the_prebuilt_tool_node_run_as_one_batch(tmp_path: Pa
 
 
 def test_langchain_tool_has_the_toolexec_schema(tmp_path: Path) -> None:
+    from toolexec.langgraph import as_langchain_tools
+
     async def body(executor: toolexec.aio.AsyncioExecutor) -> Any:
         return {t.name: t for t in as_langchain_tools(executor)}
 
@@ -317,6 +352,8 @@ def test_langchain_tool_has_the_toolexec_schema(tmp_path: Path) -> None:
 
 
 def test_cancelling_the_graph_leaves_no_call_in_flight(tmp_path: Path) -> None:
+    from toolexec.langgraph import ToolexecNode
+
     registry = ToolRegistry()
 
     @function_tool(side_effects=SideEffects.READ)

@@ -9,10 +9,9 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING, Any
 
+import attrs
 import pytest
 import trio
-from agents import Agent, Model, ModelResponse, RunConfig, Runner, Usage
-from agents.testing import assistant_message, function_call
 
 import toolexec.aio
 from toolexec import (
@@ -24,31 +23,42 @@ from toolexec import (
     register_builtin_tools,
 )
 from toolexec.events import BatchPlanned, CallbackSink
-from toolexec.openai_agents import function_tools
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
     from pathlib import Path
 
+    from agents import Model
     from agents.items import TResponseOutputItem
 
+# The SDK (``agents``, and ``toolexec.openai_agents`` which imports it) is
+# imported in the functions that use it, not at import: collection stays free
+# of it, and it takes over a second to import.
 
-class ScriptedModel(Model):
-    """Answers each ``get_response`` with the next scripted list of output items."""
 
-    def __init__(self, turns: Sequence[list[TResponseOutputItem]]) -> None:
-        self.turns = list(turns)
-        self.inputs: list[Any] = []
-        self.tool_names: list[str] = []
+@attrs.define
+class Script:
+    """The scripted model's turns, and what it was sent on each."""
 
-    async def get_response(self, *args: Any, **kwargs: Any) -> ModelResponse:
-        self.inputs.append(args[1] if len(args) > 1 else kwargs.get("input"))
-        tools = args[3] if len(args) > 3 else kwargs.get("tools", [])
-        self.tool_names = [t.name for t in tools]
-        return ModelResponse(output=self.turns.pop(0), usage=Usage(), response_id=None)
+    turns: list[list[TResponseOutputItem]]
+    inputs: list[Any] = attrs.Factory(list)
+    tool_names: list[str] = attrs.Factory(list)
 
-    def stream_response(self, *args: Any, **kwargs: Any) -> Any:
-        raise NotImplementedError("the scripted model does not stream")
+
+def scripted_model(script: Script) -> Model:
+    """An SDK ``Model`` answering each ``get_response`` with the next scripted turn."""
+    from agents import Model, ModelResponse, Usage
+
+    class ScriptedModel(Model):
+        async def get_response(self, *args: Any, **kwargs: Any) -> ModelResponse:
+            script.inputs.append(args[1] if len(args) > 1 else kwargs.get("input"))
+            tools = args[3] if len(args) > 3 else kwargs.get("tools", [])
+            script.tool_names = [t.name for t in tools]
+            return ModelResponse(output=script.turns.pop(0), usage=Usage(), response_id=None)
+
+        def stream_response(self, *args: Any, **kwargs: Any) -> Any:
+            raise NotImplementedError("the scripted model does not stream")
+
+    return ScriptedModel()
 
 
 def _outputs(items: Any) -> dict[str, str]:
@@ -61,17 +71,24 @@ def _outputs(items: Any) -> dict[str, str]:
 
 async def _run_agent(
     registry: ToolRegistry, turns: list[list[Any]], **kwargs: Any
-) -> tuple[Any, ScriptedModel, list[BatchPlanned]]:
+) -> tuple[Any, Script, list[BatchPlanned]]:
+    from agents import Agent, RunConfig, Runner
+
+    from toolexec.openai_agents import function_tools
+
     batches: list[BatchPlanned] = []
     sink = CallbackSink(lambda e: batches.append(e) if isinstance(e, BatchPlanned) else None)
-    model = ScriptedModel(turns)
+    script = Script(list(turns))
+    model = scripted_model(script)
     async with toolexec.aio.open_executor(registry, sinks=[sink], **kwargs) as executor:
         agent = Agent(name="helper", tools=list(function_tools(executor)), model=model)
         result = await Runner.run(agent, "go", run_config=RunConfig(tracing_disabled=True))
-    return result, model, batches
+    return result, script, batches
 
 
 def test_runner_completes_a_turn_with_tools_as_one_batch(tmp_path: Path) -> None:
+    from agents.testing import assistant_message, function_call
+
     (tmp_path / "a.txt").write_text("v1\n")
     registry = ToolRegistry()
     register_builtin_tools(registry, Workspace(tmp_path))
@@ -103,6 +120,8 @@ def test_runner_completes_a_turn_with_tools_as_one_batch(tmp_path: Path) -> None
 def test_a_per_tool_cap_holds_across_the_turn() -> None:
     """Four calls of a tool capped at two: never more than two run at once, recorded
     from inside the tools."""
+    from agents.testing import assistant_message, function_call
+
     running = 0
     peak = 0
     registry = ToolRegistry()
@@ -133,6 +152,8 @@ def test_a_per_tool_cap_holds_across_the_turn() -> None:
 
 
 def test_names_pick_the_tools_and_unknown_names_are_refused(tmp_path: Path) -> None:
+    from toolexec.openai_agents import function_tools
+
     registry = ToolRegistry()
     register_builtin_tools(registry, Workspace(tmp_path))
 
@@ -147,6 +168,11 @@ def test_names_pick_the_tools_and_unknown_names_are_refused(tmp_path: Path) -> N
 
 def test_cancelling_the_run_cancels_the_batch() -> None:
     """Cancelling Runner.run cancels the toolexec batch: no call is left in flight."""
+    from agents import Agent, RunConfig, Runner
+    from agents.testing import function_call
+
+    from toolexec.openai_agents import function_tools
+
     registry = ToolRegistry()
 
     @function_tool(side_effects=SideEffects.READ)
@@ -160,7 +186,8 @@ def test_cancelling_the_run_cancels_the_batch() -> None:
 
     async def main() -> int:
         async with toolexec.aio.open_executor(registry) as executor:
-            agent = Agent(name="helper", tools=function_tools(executor), model=ScriptedModel(turns))
+            model = scripted_model(Script(list(turns)))
+            agent = Agent(name="helper", tools=function_tools(executor), model=model)
             config = RunConfig(tracing_disabled=True)
             run = asyncio.create_task(Runner.run(agent, "go", run_config=config))
             while executor.executor.statistics().calls_in_flight < 2:

@@ -10,28 +10,25 @@ import asyncio
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from pydantic_ai import Agent
-from pydantic_ai.messages import (
-    ModelMessage,
-    ModelRequest,
-    ModelResponse,
-    RetryPromptPart,
-    TextPart,
-    ToolCallPart,
-    ToolReturnPart,
-)
-from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 import toolexec.aio
 from toolexec import ConcurrencyConfig, ToolRegistry, Workspace, register_builtin_tools
 from toolexec.events import BatchPlanned, CallbackSink
-from toolexec.pydantic_ai import ToolexecToolset
 
 if TYPE_CHECKING:
     from pathlib import Path
 
+    from pydantic_ai.messages import ModelMessage, RetryPromptPart, ToolCallPart, ToolReturnPart
+    from pydantic_ai.models.function import AgentInfo, FunctionModel
+
+# pydantic-ai (and ``toolexec.pydantic_ai``, which imports it) is imported in
+# the functions that use it, not at import: collection stays free of it.
+
 
 def _script(*turns: list[ToolCallPart] | str) -> tuple[FunctionModel, list[list[ModelMessage]]]:
+    from pydantic_ai.messages import ModelResponse, TextPart
+    from pydantic_ai.models.function import FunctionModel
+
     seen: list[list[ModelMessage]] = []
     queue = list(turns)
 
@@ -46,6 +43,8 @@ def _script(*turns: list[ToolCallPart] | str) -> tuple[FunctionModel, list[list[
 
 
 def _replies(messages: list[ModelMessage]) -> list[ToolReturnPart | RetryPromptPart]:
+    from pydantic_ai.messages import ModelRequest, RetryPromptPart, ToolReturnPart
+
     last = messages[-1]
     assert isinstance(last, ModelRequest)
     return [p for p in last.parts if isinstance(p, ToolReturnPart | RetryPromptPart)]
@@ -60,6 +59,10 @@ def _registry(root: Path) -> ToolRegistry:
 async def _run(
     registry: ToolRegistry, model: FunctionModel, **toolset_kwargs: Any
 ) -> tuple[str, list[BatchPlanned], list[str]]:
+    from pydantic_ai import Agent
+
+    from toolexec.pydantic_ai import ToolexecToolset
+
     batches: list[BatchPlanned] = []
     sink = CallbackSink(lambda e: batches.append(e) if isinstance(e, BatchPlanned) else None)
     async with toolexec.aio.open_executor(
@@ -72,6 +75,8 @@ async def _run(
 
 
 def test_agent_run_completes_a_turn_with_tools_as_one_batch(tmp_path: Path) -> None:
+    from pydantic_ai.messages import ToolCallPart, ToolReturnPart
+
     (tmp_path / "a.txt").write_text("v1\n")
     model, seen = _script(
         [
@@ -95,6 +100,8 @@ def test_agent_run_completes_a_turn_with_tools_as_one_batch(tmp_path: Path) -> N
 
 
 def test_a_failed_call_reaches_the_model_as_a_failure(tmp_path: Path) -> None:
+    from pydantic_ai.messages import ToolCallPart, ToolReturnPart
+
     model, seen = _script(
         [
             ToolCallPart("echo", {"text": 3}, tool_call_id="bad"),
@@ -115,6 +122,8 @@ def test_a_failed_call_reaches_the_model_as_a_failure(tmp_path: Path) -> None:
 
 
 def test_errors_retry_asks_the_model_to_correct_the_call(tmp_path: Path) -> None:
+    from pydantic_ai.messages import ToolCallPart, ToolReturnPart
+
     model, seen = _script(
         [ToolCallPart("echo", {"text": 3}, tool_call_id="bad")],
         [ToolCallPart("echo", {"text": "3"}, tool_call_id="fixed")],
@@ -133,6 +142,8 @@ def test_errors_retry_asks_the_model_to_correct_the_call(tmp_path: Path) -> None
 
 
 def test_bad_arguments_to_the_toolset_are_refused(tmp_path: Path) -> None:
+    from toolexec.pydantic_ai import ToolexecToolset
+
     async def main(**kwargs: Any) -> None:
         async with toolexec.aio.open_executor(_registry(tmp_path)) as executor:
             ToolexecToolset(executor, **kwargs)

@@ -18,8 +18,6 @@ import attrs
 import pytest
 import trio
 
-pytest.importorskip("mcp")
-
 from mcp_servers.fixtures import (
     filesystem_server,
     http_server_url,
@@ -41,14 +39,6 @@ from toolexec import (
     function_tool,
 )
 from toolexec.events import CallbackSink, CallProgress, Event
-from toolexec.mcp import (
-    MCPConnectionError,
-    MCPServerConfig,
-    MCPServerSet,
-    open_mcp_server,
-    open_mcp_servers,
-    parse_mcp_servers,
-)
 from toolexec.policy import Decision, ExecutionGrant
 
 if TYPE_CHECKING:
@@ -63,6 +53,17 @@ pytestmark = pytest.mark.filterwarnings(
 )
 
 DOCS = Path(__file__).parents[1] / "docs" / "mcp.md"
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _mcp_installed() -> None:
+    """Skip where the MCP SDK is missing.
+
+    ``toolexec.mcp``, which imports the SDK, is imported by the tests that use
+    it, not at import: collection stays free of the SDK, which takes about half
+    a second to import.
+    """
+    pytest.importorskip("mcp")
 
 
 async def run(executor: ToolExecutor, *calls: tuple[str, dict[str, Any]]) -> list[ToolResult]:
@@ -90,6 +91,8 @@ def progress_recorder() -> tuple[dict[str, list[str]], dict[str, trio.Event], Ca
 
 
 def test_parse_the_mcp_servers_format() -> None:
+    from toolexec.mcp import parse_mcp_servers
+
     configs = parse_mcp_servers(
         {
             "mcpServers": {
@@ -131,11 +134,15 @@ def test_parse_the_mcp_servers_format() -> None:
     ],
 )
 def test_malformed_entries_are_refused_clearly(entry: dict[str, Any], message: str) -> None:
+    from toolexec.mcp import MCPServerConfig
+
     with pytest.raises(ValueError, match=re.escape(message)):
         MCPServerConfig.from_entry("bad", entry)
 
 
 def test_malformed_entries_name_the_entry_the_fault_and_what_is_allowed() -> None:
+    from toolexec.mcp import MCPServerConfig, parse_mcp_servers
+
     with pytest.raises(ValueError, match="unknown transport type 'ws'; allowed: 'stdio', 'http'"):
         MCPServerConfig.from_entry("bad", {"type": "ws", "url": "ws://x"})
     with pytest.raises(ValueError, match=r"'required' must be true or false, got 'no'"):
@@ -163,6 +170,8 @@ def test_malformed_entries_name_the_entry_the_fault_and_what_is_allowed() -> Non
 
 
 def test_the_vs_code_layout_is_read_as_such() -> None:
+    from toolexec.mcp import parse_mcp_servers
+
     document = {
         "inputs": [{"type": "promptString", "id": "token", "password": True}],
         "servers": {
@@ -185,6 +194,8 @@ def test_the_vs_code_layout_is_read_as_such() -> None:
 
 
 def test_a_servers_document_is_not_one_server_named_servers() -> None:
+    from toolexec.mcp import parse_mcp_servers
+
     # Read as the inner mapping, this was one server called "servers" whose
     # entry had no 'command' or 'url'.
     (config,) = parse_mcp_servers({"servers": {"notes": {"command": "notes-mcp"}}})
@@ -202,6 +213,8 @@ def test_a_servers_document_is_not_one_server_named_servers() -> None:
     ],
 )
 def test_a_document_without_exactly_one_layout_is_refused(document: Any, message: str) -> None:
+    from toolexec.mcp import parse_mcp_servers
+
     with pytest.raises(ValueError, match=re.escape(message)) as caught:
         parse_mcp_servers(document)
     if "server list" in message or "both" in message:
@@ -210,6 +223,8 @@ def test_a_document_without_exactly_one_layout_is_refused(document: Any, message
 
 
 def test_the_failure_policy_is_read_from_the_entry_and_wins_over_options() -> None:
+    from toolexec.mcp import MCPServerConfig, parse_mcp_servers
+
     strict, lenient = parse_mcp_servers(
         {"mcpServers": {"a": {"command": "x"}, "b": {"command": "x", "required": False}}},
         required=True,
@@ -281,6 +296,8 @@ def test_schemas_without_a_portable_equivalent_are_refused(
 
 
 async def test_tools_are_registered_namespaced_with_side_effects() -> None:
+    from toolexec.mcp import open_mcp_server
+
     registry = ToolRegistry()
 
     async def inspect_then_raise() -> None:
@@ -309,6 +326,8 @@ async def test_tools_are_registered_namespaced_with_side_effects() -> None:
 
 
 async def test_a_name_collision_is_refused_and_nothing_is_shadowed() -> None:
+    from toolexec.mcp import open_mcp_server
+
     registry = ToolRegistry()
 
     @function_tool(name="mcp__t__echo", side_effects=SideEffects.READ)
@@ -326,6 +345,8 @@ async def test_a_name_collision_is_refused_and_nothing_is_shadowed() -> None:
 
 
 async def test_connection_failures_say_what_happened() -> None:
+    from toolexec.mcp import MCPConnectionError, open_mcp_server, open_mcp_servers
+
     registry = ToolRegistry()
     with pytest.raises(MCPConnectionError, match="No such file"):
         async with open_mcp_server(registry, "gone", {"command": "/nonexistent/mcp-server"}):
@@ -346,6 +367,8 @@ async def test_connection_failures_say_what_happened() -> None:
 async def test_optional_servers_that_fail_are_skipped_with_the_reason(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
+    from toolexec.mcp import MCPServerSet, open_mcp_servers
+
     registry = ToolRegistry()
 
     @function_tool(name="mcp__clash__echo", side_effects=SideEffects.READ)
@@ -385,6 +408,8 @@ async def test_optional_servers_that_fail_are_skipped_with_the_reason(
 
 
 async def test_a_required_server_that_fails_closes_the_others() -> None:
+    from toolexec.mcp import MCPConnectionError, MCPServerConfig, open_mcp_servers
+
     registry = ToolRegistry()
     config = [
         MCPServerConfig("t", **sdk_server_entry()),
@@ -404,6 +429,8 @@ async def test_a_required_server_that_fails_closes_the_others() -> None:
 
 
 async def test_calls_errors_unknown_tools_invalid_arguments_and_progress() -> None:
+    from toolexec.mcp import open_mcp_server
+
     registry = ToolRegistry()
     messages, _, sink = progress_recorder()
     async with open_mcp_server(registry, "t", sdk_server_entry()):
@@ -437,6 +464,8 @@ async def test_calls_errors_unknown_tools_invalid_arguments_and_progress() -> No
 
 
 async def test_every_kind_of_content_block_reaches_the_model_in_order() -> None:
+    from toolexec.mcp import open_mcp_server
+
     registry = ToolRegistry()
     async with open_mcp_server(registry, "t", sdk_server_entry()):
         media, structured, silent = await run(
@@ -475,6 +504,8 @@ class ShortDeadline:
 
 
 async def test_timeouts_and_cancels_cancel_the_request_on_the_server() -> None:
+    from toolexec.mcp import open_mcp_server
+
     registry = ToolRegistry()
     _, arrived, sink = progress_recorder()
     async with open_mcp_server(registry, "t", sdk_server_entry()):
@@ -504,6 +535,8 @@ async def test_timeouts_and_cancels_cancel_the_request_on_the_server() -> None:
 
 
 async def test_a_server_crash_mid_call_is_an_error_not_a_hang() -> None:
+    from toolexec.mcp import open_mcp_server
+
     registry = ToolRegistry()
     async with open_mcp_server(registry, "t", sdk_server_entry()) as server:
         executor = ToolExecutor(registry)
@@ -522,6 +555,8 @@ async def test_a_server_crash_mid_call_is_an_error_not_a_hang() -> None:
 
 
 async def test_a_crashed_server_hands_out_no_client_and_leaves_no_child() -> None:
+    from toolexec.mcp import open_mcp_server
+
     registry = ToolRegistry()
     async with open_mcp_server(registry, "t", sdk_server_entry()) as server:
         executor = ToolExecutor(registry)
@@ -553,6 +588,8 @@ async def test_a_crashed_server_hands_out_no_client_and_leaves_no_child() -> Non
     ],
 )
 def test_a_server_name_that_cannot_name_tools_is_refused(name: str, says: str) -> None:
+    from toolexec.mcp import MCPServerConfig, parse_mcp_servers
+
     with pytest.raises(ValueError, match=re.escape(says)):
         MCPServerConfig(name, command="server")
     with pytest.raises(ValueError, match=re.escape(says)):
@@ -560,6 +597,8 @@ def test_a_server_name_that_cannot_name_tools_is_refused(name: str, says: str) -
 
 
 async def test_no_process_is_left_after_exit_or_cancellation() -> None:
+    from toolexec.mcp import open_mcp_server
+
     registry = ToolRegistry()
     pids: list[int] = []
     with trio.CancelScope() as scope:
@@ -578,6 +617,8 @@ async def test_no_process_is_left_after_exit_or_cancellation() -> None:
 
 @pytest.mark.parametrize("mode", ["auto", "legacy"])
 async def test_tool_list_changes_refresh_the_registry(mode: str) -> None:
+    from toolexec.mcp import open_mcp_server
+
     # "auto" negotiates 2026-07-28 (a listen subscription); "legacy" gets notifications.
     registry = ToolRegistry()
     async with open_mcp_server(registry, "t", sdk_server_entry(), mode=mode) as server:
@@ -597,6 +638,8 @@ async def test_tool_list_changes_refresh_the_registry(mode: str) -> None:
 
 
 async def test_mixed_batch_keeps_the_read_write_read_order(tmp_path: Path) -> None:
+    from toolexec.mcp import open_mcp_server
+
     note = tmp_path / "note.txt"
     note.write_text("v0")
 
@@ -653,6 +696,8 @@ async def test_mixed_batch_keeps_the_read_write_read_order(tmp_path: Path) -> No
 
 
 async def test_streamable_http_server(http_server_url: str) -> None:
+    from toolexec.mcp import open_mcp_servers
+
     registry = ToolRegistry()
     messages, _, sink = progress_recorder()
     config = {"mcpServers": {"web": {"url": http_server_url}}}
@@ -685,6 +730,8 @@ async def test_streamable_http_server(http_server_url: str) -> None:
 
 
 async def test_reference_filesystem_server(filesystem_server: Path, tmp_path: Path) -> None:
+    from toolexec.mcp import open_mcp_server
+
     root = tmp_path / "root"
     root.mkdir()
     (root / "a.txt").write_text("first")
@@ -750,6 +797,8 @@ def _run_example(block: str) -> Any:
 async def test_docs_example_runs(
     npx_runs_the_filesystem_server: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    from toolexec.mcp import parse_mcp_servers
+
     workdir = npx_runs_the_filesystem_server
     [example] = [block for block in _code_blocks("python") if "mcp__files__write_file" in block]
     with trio.fail_after(60):
@@ -776,6 +825,8 @@ async def test_docs_failure_policy_example_prints_what_it_shows(
 
 
 def test_docs_malformed_entries_message_is_what_parse_raises() -> None:
+    from toolexec.mcp import parse_mcp_servers
+
     [shown] = [b for b in _code_blocks("text") if "malformed" in b]
     document = {
         "mcpServers": {

@@ -11,6 +11,7 @@ so overlaps are recorded, not timed.
 from __future__ import annotations
 
 import contextlib
+import importlib
 import json
 import os
 import signal
@@ -52,15 +53,17 @@ if TYPE_CHECKING:
 
     from toolexec import ToolResult
 
-ray = pytest.importorskip("ray", reason="the ray extra is not installed")
-
 HERE = Path(__file__).parent
 HANG_GUARD = 120  # seconds; only so that a broken cancel fails instead of hanging
 
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[str]:
-    """A local Ray cluster for this module; yields its address."""
+    """A local Ray cluster for this module; yields its address.
+
+    Ray is imported here, not at import: collection stays free of it.
+    """
+    ray = pytest.importorskip("ray", reason="the ray extra is not installed")
     env = {"PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")])}
     try:
         context = ray.init(
@@ -144,6 +147,7 @@ def die(log: str) -> str:
 @function_tool(resource_hints={"num_cpus": 2})
 def cpus() -> float:
     """How many CPUs Ray reserved for this call."""
+    ray = importlib.import_module("ray")  # imported already: this runs on a Ray worker
     return float(ray.get_runtime_context().get_assigned_resources().get("CPU", 0))
 
 

@@ -10,45 +10,21 @@ the batch.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import trio
 import trio.testing
-from anthropic.types import (
-    InputJSONDelta,
-    Message,
-    MessageDeltaUsage,
-    RawContentBlockDeltaEvent,
-    RawContentBlockStartEvent,
-    RawContentBlockStopEvent,
-    RawMessageDeltaEvent,
-    RawMessageStartEvent,
-    RawMessageStopEvent,
-    TextBlock,
-    TextDelta,
-    ToolUseBlock,
-    Usage,
-)
-from anthropic.types.raw_message_delta_event import Delta
-from openai.types.chat import ChatCompletionChunk
-from openai.types.chat.chat_completion_chunk import (
-    Choice,
-    ChoiceDelta,
-    ChoiceDeltaToolCall,
-    ChoiceDeltaToolCallFunction,
-)
-from openai.types.responses import (
-    Response,
-    ResponseCompletedEvent,
-    ResponseFunctionCallArgumentsDeltaEvent,
-    ResponseFunctionCallArgumentsDoneEvent,
-    ResponseFunctionToolCall,
-    ResponseOutputItemAddedEvent,
-    ResponseOutputItemDoneEvent,
-)
 
 from toolexec import ErrorClass, SideEffects, ToolExecutor, ToolRegistry, function_tool
 from toolexec.streams import AnthropicFeed, OpenAIChatFeed, OpenAIResponsesFeed
+
+if TYPE_CHECKING:
+    from openai.types.chat import ChatCompletionChunk
+    from openai.types.chat.chat_completion_chunk import ChoiceDeltaToolCall
+    from openai.types.responses import ResponseFunctionToolCall
+
+# The SDKs' types are imported in the functions that build them, not at import:
+# collection stays free of the SDKs, which take about a second to import.
 
 
 def _executor(started: list[str]) -> ToolExecutor:
@@ -89,6 +65,9 @@ def _chat(
     finish: Any = None,
     text: str | None = None,
 ) -> ChatCompletionChunk:
+    from openai.types.chat import ChatCompletionChunk
+    from openai.types.chat.chat_completion_chunk import Choice, ChoiceDelta
+
     delta = ChoiceDelta(role="assistant", content=text, tool_calls=tool_calls)
     return ChatCompletionChunk(
         id="chatcmpl-1",
@@ -102,6 +81,11 @@ def _chat(
 def _chat_call(
     index: int, *, id: str | None = None, name: str | None = None, args: str = ""
 ) -> list[ChoiceDeltaToolCall]:
+    from openai.types.chat.chat_completion_chunk import (
+        ChoiceDeltaToolCall,
+        ChoiceDeltaToolCallFunction,
+    )
+
     function = ChoiceDeltaToolCallFunction(name=name, arguments=args)
     return [
         ChoiceDeltaToolCall(index=index, id=id, type="function" if id else None, function=function)
@@ -132,6 +116,8 @@ async def test_openai_chat_chunks_add_each_call_once_the_next_begins(
 def _item(
     item_id: str, call_id: str, arguments: str, status: Any = "in_progress"
 ) -> ResponseFunctionToolCall:
+    from openai.types.responses import ResponseFunctionToolCall
+
     return ResponseFunctionToolCall(
         id=item_id,
         call_id=call_id,
@@ -145,6 +131,15 @@ def _item(
 async def test_openai_responses_events_add_each_call_when_its_arguments_are_done(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
+    from openai.types.responses import (
+        Response,
+        ResponseCompletedEvent,
+        ResponseFunctionCallArgumentsDeltaEvent,
+        ResponseFunctionCallArgumentsDoneEvent,
+        ResponseOutputItemAddedEvent,
+        ResponseOutputItemDoneEvent,
+    )
+
     response = Response.model_construct(id="resp_1", output=[], status="completed")
     outcome = await _replay(
         OpenAIResponsesFeed,
@@ -232,6 +227,23 @@ async def test_openai_responses_events_add_each_call_when_its_arguments_are_done
 async def test_anthropic_events_add_each_tool_use_block_at_its_stop(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
+    from anthropic.types import (
+        InputJSONDelta,
+        Message,
+        MessageDeltaUsage,
+        RawContentBlockDeltaEvent,
+        RawContentBlockStartEvent,
+        RawContentBlockStopEvent,
+        RawMessageDeltaEvent,
+        RawMessageStartEvent,
+        RawMessageStopEvent,
+        TextBlock,
+        TextDelta,
+        ToolUseBlock,
+        Usage,
+    )
+    from anthropic.types.raw_message_delta_event import Delta
+
     message = Message(
         id="msg_1", type="message", role="assistant", model="claude-test", content=[],
         stop_reason=None, stop_sequence=None, usage=Usage(input_tokens=1, output_tokens=1),
