@@ -350,7 +350,7 @@ def serve() -> Iterator[Api]:
     thread = threading.Thread(target=asyncio.run, args=(main(),), name="openapi-test-server")
     thread.start()
     try:
-        ready.wait(10)
+        ready.wait(60)  # the server's loop is up in milliseconds, a loaded machine's in seconds
         yield api
     finally:
         if api.loop is not None and api.release is not None:

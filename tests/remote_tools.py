@@ -45,7 +45,7 @@ async def get(key: str, ctx: ToolContext) -> str:
 
 @function_tool(side_effects=SideEffects.READ)
 async def peek(key: str, ctx: ToolContext) -> str:
-    """Read a key once another peek has run beside it (or after ten seconds)."""
+    """Read a key once another peek has run beside it (or after a minute)."""
     me = ctx.call_id
     ACTIVE.add(me)
     PEEKING.add(me)
@@ -54,7 +54,7 @@ async def peek(key: str, ctx: ToolContext) -> str:
         OVERLAPPED.update(PEEKING)
         _LOT.unpark_all()
     try:
-        with trio.move_on_after(10):  # a hang guard only: peeks run in twos
+        with trio.move_on_after(60):  # a hang guard only: peeks run in twos
             while me not in OVERLAPPED:
                 await _LOT.park()
         return f"{STORE.get(key, '<unset>')} (peeks at once: {PEAK[0]})"

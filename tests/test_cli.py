@@ -37,7 +37,7 @@ def toolexec(
         input=stdin,
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=300,  # a hang guard: a run that starts MCP servers takes seconds, more loaded
         cwd=cwd,
     )
 
