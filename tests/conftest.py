@@ -18,6 +18,7 @@ import attrs
 import coverage
 import pytest
 import trio
+from hypothesis import HealthCheck, settings
 
 from toolexec import (
     Batch,
@@ -35,6 +36,16 @@ from toolexec.approval import ApprovalAnswer, ApprovalRequest
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Mapping
+
+# Hypothesis, for every property test here: an example runs real code (a trio
+# run, a schema compiled and checked) whose wall time grows with the machine's
+# load, so no per-example deadline, and no health check failing the run because
+# drawing the data was slow. A test's own @settings overrides the rest; stress/
+# applies its profiles per test (stress/conftest.py).
+settings.register_profile(
+    "toolexec-tests", deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
+settings.load_profile("toolexec-tests")
 
 
 @pytest.fixture(scope="session", autouse=True)
