@@ -3,11 +3,13 @@
 Ruff lint, and mypy strict on src/ and on the tests, stress tests,
 benchmarks and examples that use it; CI runs the README's test command
 against the pins in constraints.txt; branch coverage has a floor that only
-goes up.
+goes up; collecting the suite imports none of the optional SDKs.
 """
 
 from __future__ import annotations
 
+import json
+import os
 import re
 import shutil
 import subprocess
@@ -108,3 +110,56 @@ def test_branch_coverage_is_measured_with_a_floor_that_only_goes_up() -> None:
     floor = config["coverage"]["report"]["fail_under"]
     assert isinstance(floor, int)
     assert floor >= FLOOR_WHEN_SET, "the coverage floor is raised, never lowered"
+
+
+# The optional SDKs (and toolexec's modules that import them on import), each
+# a fraction of a second to seconds to import. Collection, which every worker
+# process repeats for the whole suite, imports none of them: a test file
+# imports them in the tests or fixtures that use them.
+OPTIONAL_SDKS = (
+    "agents",
+    "anthropic",
+    "langchain_core",
+    "langgraph",
+    "mcp",
+    "openai",
+    "pydantic_ai",
+    "ray",
+    "wasmtime",
+    "toolexec.langgraph",
+    "toolexec.mcp",
+    "toolexec.openai_agents",
+    "toolexec.pydantic_ai",
+)
+
+_REPORT_MODULES = """
+import json, os, sys
+
+def pytest_collection_finish(session):
+    with open(os.environ["TOOLEXEC_TEST_MODULES_OUT"], "w") as out:
+        json.dump(sorted(sys.modules), out)
+"""
+
+
+def test_collecting_the_suite_imports_no_optional_sdk(tmp_path: Path) -> None:
+    (tmp_path / "report_collected_modules.py").write_text(_REPORT_MODULES)
+    out = tmp_path / "modules.json"
+    paths = [str(tmp_path), *filter(None, [os.environ.get("PYTHONPATH")])]
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(paths),
+        "TOOLEXEC_TEST_MODULES_OUT": str(out),
+    }
+    argv = ["--collect-only", "-q", "-n0", "--no-cov", "-p", "no:cacheprovider"]
+    collected = subprocess.run(
+        [sys.executable, "-m", "pytest", *argv, "-p", "report_collected_modules"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=HANG_GUARD,
+    )
+    assert collected.returncode == 0, collected.stdout[-3000:] + collected.stderr[-3000:]
+    loaded = json.loads(out.read_text())
+    heavy = [n for n in OPTIONAL_SDKS if any(m == n or m.startswith(n + ".") for m in loaded)]
+    assert not heavy, f"collecting imported {heavy}: import them in the tests that use them"
