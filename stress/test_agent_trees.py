@@ -40,6 +40,7 @@ from collections import Counter
 from typing import TYPE_CHECKING, Any, Literal
 
 import attrs
+import pytest
 import trio
 import trio.testing
 from hypothesis import given, settings
@@ -79,6 +80,9 @@ if TYPE_CHECKING:
 
     from toolexec import ToolDefinition
     from toolexec.models import Message
+
+# Slow (tests/README.md): random agent trees, traced.
+pytestmark = pytest.mark.slow
 
 Kind = Literal["read", "write", "promo", "unknown", "sub"]
 MAX_DEPTH = 4

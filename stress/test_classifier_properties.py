@@ -48,9 +48,13 @@ if TYPE_CHECKING:
 
     from stress.sandbox import Violation
 
-pytestmark = pytest.mark.skipif(
-    (reason := unavailable()) is not None, reason=f"no read-only sandbox: {reason}"
-)
+# Slow (tests/README.md): commands run in a read-only sandbox.
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        (reason := unavailable()) is not None, reason=f"no read-only sandbox: {reason}"
+    ),
+]
 
 T = TypeVar("T")
 LONG = stress_profile() == "stress-long"

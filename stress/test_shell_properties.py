@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import attrs
+import pytest
 import trio
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -27,6 +28,9 @@ from toolexec import ErrorClass, ToolCall, ToolExecutor, ToolRegistry, Workspace
 from toolexec._proc._reaper import _REAPER
 from toolexec._proc._supervisor import proc_stat, processes, subtree
 from toolexec.tools import ShellTool
+
+# Slow (tests/README.md): random batches of real shell commands.
+pytestmark = pytest.mark.slow
 
 TIMEOUT = 0.15
 GRACE = 0.1

@@ -18,6 +18,9 @@ import trio
 from mcp_servers.fixtures import filesystem_server, sdk_server_entry
 from toolexec import formats
 
+# Slow (tests/README.md): the command line, mostly in child processes.
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).parent.parent
 EXAMPLES = ROOT / "examples"
 __all__ = ["filesystem_server"]  # a fixture used by name

@@ -38,6 +38,9 @@ from toolexec.policy import ExecutionGrant
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
+# Slow (tests/README.md): every command in a child process.
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parent.parent
 RUNNER = str(ROOT / "examples" / "ipc_runner.py")
 TOKEN = "test-token-0123456789abcdef"

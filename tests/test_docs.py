@@ -17,6 +17,9 @@ from typing import Any
 
 import pytest
 
+# Slow (tests/README.md): the docs' examples, run whole.
+pytestmark = pytest.mark.slow
+
 DOCS = Path(__file__).parent.parent / "docs"
 PAGES = [
     "asyncio.md",

@@ -28,6 +28,9 @@ from toolexec import (
 from toolexec.formats import FormatError
 from toolexec.models import ProviderBlock
 
+# Slow (tests/README.md): the SDKs' types, imported and validated with pydantic.
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture(autouse=True, scope="module")
 def _sdks_installed() -> None:

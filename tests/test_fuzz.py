@@ -17,6 +17,9 @@ from pathlib import Path
 
 import pytest
 
+# Slow (tests/README.md): libFuzzer runs of every harness.
+pytestmark = pytest.mark.slow
+
 FUZZ = Path(__file__).resolve().parent.parent / "fuzz"
 HARNESSES = sorted(p.stem.removeprefix("fuzz_") for p in FUZZ.glob("fuzz_*.py"))
 SECONDS = 3

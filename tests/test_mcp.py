@@ -48,9 +48,11 @@ __all__ = ["filesystem_server", "http_server_url"]  # fixtures used by name
 
 # Over streamable HTTP the SDK drops some httpx2 response generators without
 # closing them; trio reports each one when it is garbage collected.
-pytestmark = pytest.mark.filterwarnings(
-    r"ignore:Async generator '(httpx2|httpcore2)\.:ResourceWarning"
-)
+# Slow (tests/README.md): real MCP servers, over stdio and HTTP.
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.filterwarnings(r"ignore:Async generator '(httpx2|httpcore2)\.:ResourceWarning"),
+]
 
 DOCS = Path(__file__).parents[1] / "docs" / "mcp.md"
 

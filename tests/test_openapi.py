@@ -47,10 +47,14 @@ if TYPE_CHECKING:
 # over the cap) leaves httpcore2's pool iterator unexhausted: httpx2's
 # response stream iterates it without closing it. trio reports it when it is
 # garbage collected; toolexec closes every generator it opens itself.
-pytestmark = pytest.mark.filterwarnings(
-    r"ignore:Async generator 'httpcore2\._async\.connection_pool\.PoolByteStream\.__aiter__'"
-    ":ResourceWarning"
-)
+# Slow (tests/README.md): a real HTTP server.
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.filterwarnings(
+        r"ignore:Async generator 'httpcore2\._async\.connection_pool\.PoolByteStream\.__aiter__'"
+        ":ResourceWarning"
+    ),
+]
 
 DOCS = Path(__file__).parents[1] / "docs" / "openapi.md"
 SECRETS = {"bearer": TOKEN, "key": KEY, "qkey": KEY}

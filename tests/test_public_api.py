@@ -21,6 +21,9 @@ import toolexec
 if TYPE_CHECKING:
     from types import ModuleType
 
+# Slow (tests/README.md): every public module imported, the SDK integrations with theirs.
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).parent.parent
 SRC = Path(toolexec.__file__).parent
 

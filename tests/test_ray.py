@@ -53,6 +53,9 @@ if TYPE_CHECKING:
 
     from toolexec import ToolResult
 
+# Slow (tests/README.md): a local Ray cluster.
+pytestmark = pytest.mark.slow
+
 HERE = Path(__file__).parent
 # Seconds; only so that a broken cancel fails instead of hanging. Far above the
 # work: on a loaded two-core machine starting the CLI against the cluster alone

@@ -65,6 +65,9 @@ from toolexec.policy import ExecutionGrant, RulePolicy
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Mapping
 
+# Slow (tests/README.md): real worker processes.
+pytestmark = pytest.mark.slow
+
 TESTS = Path(__file__).resolve().parent
 TOKEN = "test-token-0123456789abcdef"
 #: A hang guard for real processes, never a timing claim.

@@ -47,7 +47,11 @@ from toolexec.policy import Allow, ExecutionGrant
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="namespaces are Linux's")
+# Slow (tests/README.md): real sandboxes, a fork bomb, CPU limits.
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(sys.platform != "linux", reason="namespaces are Linux's"),
+]
 
 NAMESPACE_LEVELS = ("bwrap", "unshare")
 

@@ -35,6 +35,9 @@ from toolexec.tools import ShellTool
 if TYPE_CHECKING:
     from pathlib import Path
 
+# Slow (tests/README.md): real shells and process trees, timeouts in real time.
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture(params=["reaper", "group, pidfd", "group, watcher task"])
 def mode(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:

@@ -57,6 +57,9 @@ if TYPE_CHECKING:
 
     from toolexec.testing import Expected
 
+# Slow (tests/README.md): hypothesis runs of the ordering checks, planted bugs shrunk.
+pytestmark = pytest.mark.slow
+
 Key = Literal["a", "b"]
 
 

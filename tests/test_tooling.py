@@ -19,6 +19,9 @@ from pathlib import Path
 
 import pytest
 
+# Slow (tests/README.md): ruff and mypy over the whole tree, and a collection of the suite.
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).parent.parent
 
 
