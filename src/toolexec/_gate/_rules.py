@@ -50,6 +50,7 @@ __all__ = [
     "Regex",
     "Rule",
     "RulePolicy",
+    "tool_regex",
 ]
 
 
@@ -79,6 +80,11 @@ def _glob_regex(pattern: str) -> re.Pattern[str]:
             out.append(re.escape(pattern[i]))
             i += 1
     return re.compile("".join(out))
+
+
+def tool_regex(pattern: str) -> re.Pattern[str]:
+    """The regex of a tool-name pattern: ``*`` any characters, ``?`` one (cached)."""
+    return _glob_regex(pattern.replace("*", "**"))
 
 
 def normalize_path(value: str) -> str:
@@ -233,7 +239,7 @@ class Rule:
 
     def __attrs_post_init__(self) -> None:
         object.__setattr__(self, "_exact", not any(c in self.tool for c in "*?"))
-        object.__setattr__(self, "_tool_regex", _glob_regex(self.tool.replace("*", "**")))
+        object.__setattr__(self, "_tool_regex", tool_regex(self.tool))
 
     def could_match(self, tool: str) -> bool:
         """Whether the tool pattern matches (the arguments aside)."""
@@ -486,7 +492,7 @@ class CapabilityPolicy:
         if caps is None:
             return _deny(f"agent '{agent_path}' has no capabilities granted")
         name = definition.name
-        if not any(_glob_regex(p.replace("*", "**")).fullmatch(name) for p in caps.tools):
+        if not any(tool_regex(p).fullmatch(name) for p in caps.tools):
             granted = ", ".join(caps.tools) or "none"
             return _deny(f"agent '{agent_path}' is not granted tool '{name}' (granted: {granted})")
         for arg, mode in definition.path_arguments.items():

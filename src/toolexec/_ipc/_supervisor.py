@@ -55,7 +55,7 @@ from .._core._messages import clip
 from .._core._registry import ToolRegistry
 from .._gate._audit import JsonlAuditSink
 from .._gate._policy import Deny
-from .._gate._rules import Capabilities, CapabilityPolicy, ComposedPolicy, _glob_regex
+from .._gate._rules import Capabilities, CapabilityPolicy, ComposedPolicy, tool_regex
 from .._proc._process import open_group_process, reap
 from ._protocol import (
     DEFAULT_MAX_LINE_BYTES,
@@ -276,7 +276,7 @@ class _Gate:
     def for_runner(
         cls, registry: ToolRegistry, agent_path: str, caps: Capabilities, ws: Workspace | None
     ) -> _Gate:
-        patterns = tuple(_glob_regex(p.replace("*", "**")) for p in caps.tools)
+        patterns = tuple(tool_regex(p) for p in caps.tools)
         paths = CapabilityPolicy({agent_path: Capabilities(("*",), caps.paths)}, workspace=ws)
         return cls(registry, agent_path, patterns, paths)
 
