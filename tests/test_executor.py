@@ -235,12 +235,13 @@ async def test_a_models_huge_bad_input_comes_back_as_a_short_error() -> None:
     many, long, name = outcome.results
     # The first 20 violations, in index order (10 after 9), then a count of the rest.
     listed = many.details["violations"]
-    assert listed[:11] == [f'$.tags[{i}]: {i} is not of type "string"' for i in range(11)]
+    assert listed[:11] == [f"$.tags[{i}]: expected a string, got the number {i}" for i in range(11)]
     assert listed[20:] == ["80 more violations not shown"]
     assert many.text.endswith("- 80 more violations not shown")
     # A huge value is shown by its two ends, with what was left out counted.
     assert len(long.text) < 500
-    assert long.text.endswith('zzz" is not of type "integer"')
+    assert long.text.startswith("Invalid arguments for tool 'count':\n- $.n: expected an integer")
+    assert long.text.endswith('zzz"')
     assert "characters]…" in long.text
     assert name.error_class is ErrorClass.NOT_FOUND
     assert len(name.text) < 500

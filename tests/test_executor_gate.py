@@ -8,7 +8,11 @@ in ``test_executor.py``.
 
 from __future__ import annotations
 
-from typing import Any
+import re
+from typing import Any, Literal
+
+import attrs
+import trio
 
 from conftest import write
 from toolexec import (
@@ -17,11 +21,14 @@ from toolexec import (
     JsonContent,
     SideEffects,
     ToolCall,
+    ToolDefinition,
     ToolError,
     ToolExecutor,
+    ToolOutput,
     ToolRegistry,
     function_tool,
 )
+from toolexec._core._messages import CLIP_CHARS, ENUM_CHARS, ENUM_SHOWN
 from toolexec.policy import ExecutionGrant
 
 
@@ -120,3 +127,94 @@ async def test_a_grant_output_cap_covers_every_kind_of_output() -> None:
         assert "[output truncated:" in shown, (result.call_id, shown)
     assert outcome.results[2].content == (JsonContent({"a": 1}),)
     assert outcome.results[3].error_class is ErrorClass.EXECUTION_ERROR
+
+
+# -- what an invalid_arguments result tells the model ----------------------------
+
+
+def _violations_of(schema: dict[str, Any], arguments: dict[str, Any]) -> list[str]:
+    registry = ToolRegistry()
+    registry.register(
+        _Schema(ToolDefinition("t", "A tool.", {"type": "object", "properties": schema}))
+    )
+    outcome = trio.run(ToolExecutor(registry).execute_batch, [ToolCall("1", "t", arguments)])
+    result = outcome.results[0]
+    assert result.error_class is ErrorClass.INVALID_ARGUMENTS
+    return list(result.details["violations"])
+
+
+@attrs.frozen
+class _Schema:
+    definition: ToolDefinition
+
+    def __call__(self) -> _Schema:
+        return self
+
+    async def execute(self, arguments: Any, ctx: Any) -> ToolOutput:  # pragma: no cover
+        raise AssertionError("an invalid call never runs")
+
+
+async def test_an_enum_error_lists_every_allowed_value() -> None:
+    @function_tool(side_effects=SideEffects.READ)
+    async def query(database: Literal["all", "postgres", "mysql", "sqlite", "oracle"]) -> str:
+        """Query a database."""
+        raise AssertionError("never runs")  # pragma: no cover
+
+    registry = ToolRegistry()
+    registry.register(query)
+    outcome = await ToolExecutor(registry).execute_batch(
+        [ToolCall("1", "query", {"database": "mongo"})]
+    )
+    text = outcome.results[0].text
+    assert '"mongo"' in text
+    for allowed in ("all", "postgres", "mysql", "sqlite", "oracle"):
+        assert f'"{allowed}"' in text, text
+
+
+def test_enum_and_const_errors_list_the_allowed_values_up_to_the_bound() -> None:
+    [const] = _violations_of({"a": {"const": "x"}}, {"a": "y"})
+    assert const == '$.a: "y" is not allowed; the only allowed value is "x"'
+    [few] = _violations_of({"a": {"enum": [1, "two", None]}}, {"a": 3})
+    assert few == '$.a: 3 is not one of the allowed values: 1, "two", null'
+    # More than ENUM_SHOWN values: the first ENUM_SHOWN, then a count of the rest.
+    many = [f"v{i}" for i in range(ENUM_SHOWN + 30)]
+    [listed] = _violations_of({"a": {"enum": many}}, {"a": "w"})
+    assert all(f'"v{i}"' in listed for i in range(ENUM_SHOWN))
+    assert f'"v{ENUM_SHOWN}"' not in listed
+    assert listed.endswith("and 30 more")
+    # Long values: as many as ENUM_CHARS characters hold, each clipped.
+    long = [c * 150 for c in "abcdefghij"]
+    [clipped] = _violations_of({"a": {"enum": long}}, {"a": "z"})
+    assert len(clipped) < ENUM_CHARS + 100
+    assert clipped.startswith('$.a: "z" is not one of the allowed values: "aaa')
+    assert re.search(r"and \d+ more$", clipped)
+    huge = ["x" * 10_000]
+    [one] = _violations_of({"a": {"enum": huge}}, {"a": "z" * 10_000})
+    assert len(one) < 2 * CLIP_CHARS + 200
+    assert "characters]…" in one
+
+
+def test_a_type_error_says_what_was_expected_and_what_was_sent() -> None:
+    found = _violations_of(
+        {
+            "n": {"type": "integer"},
+            "s": {"type": "string"},
+            "o": {"type": ["integer", "null"]},
+            "l": {"type": "array"},
+            "b": {"type": "boolean"},
+            "x": {"type": "object"},
+        },
+        {"n": "3", "s": 4.5, "o": True, "l": {"k": 1}, "b": None, "x": [1, 2]},
+    )
+    assert found == [
+        "$.b: expected a boolean, got null",
+        "$.l: expected an array, got an object",
+        '$.n: expected an integer, got the string "3"',
+        "$.o: expected an integer or null, got the boolean true",
+        "$.s: expected a string, got the number 4.5",
+        "$.x: expected an object, got an array",
+    ]
+    [huge] = _violations_of({"n": {"type": "integer"}}, {"n": "z" * 1_000_000})
+    assert len(huge) < 2 * CLIP_CHARS + 100
+    assert huge.startswith('$.n: expected an integer, got the string "zzz')
+    assert "characters]…" in huge

@@ -9,10 +9,14 @@ a path, an argument, an id, an exception's words) is quoted by at most
 ``CLIP_CHARS`` characters, and a whole message, here or in a policy's
 denial or the IPC supervisor's answers, is at most ``MESSAGE_CHARS``; both
 cut by ``clip``, which keeps the two ends and counts what it left out.
+An error listing a schema's allowed values shows at most ``ENUM_SHOWN``
+of them and ``ENUM_CHARS`` characters of them, each clipped, then counts
+the rest.
 """
 
 from __future__ import annotations
 
+import json
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -38,6 +42,10 @@ CLIP_CHARS = 200
 #: The longest message toolexec writes for a model or a runner, in characters.
 MESSAGE_CHARS = 4000
 _COUNTED = 32  # room for clip's "…[N characters]…"
+#: How many allowed values an enum error lists; the rest are counted.
+ENUM_SHOWN = 20
+#: How many characters of allowed values an enum error lists (at least one value).
+ENUM_CHARS = 400
 
 
 def clip(text: str, limit: int = CLIP_CHARS) -> str:
@@ -60,6 +68,68 @@ def bounded(message: str) -> str:
     if len(message) <= MESSAGE_CHARS:
         return message
     return clip(message, MESSAGE_CHARS - _COUNTED)
+
+
+_SCHEMA_KINDS = {
+    "integer": "an integer",
+    "number": "a number",
+    "string": "a string",
+    "boolean": "a boolean",
+    "array": "an array",
+    "object": "an object",
+    "null": "null",
+}
+
+
+def json_text(value: object) -> str:
+    """``value`` as JSON text, clipped: how a message quotes a value."""
+    try:
+        text = json.dumps(value, ensure_ascii=False)
+    except (TypeError, ValueError):  # not JSON: only the host can have built it
+        text = repr(value)
+    return clip(text)
+
+
+def _sent(value: object) -> str:
+    """What the model sent, named for a type error: its JSON kind, and a scalar's value."""
+    if isinstance(value, bool):
+        return f"the boolean {json_text(value)}"
+    if isinstance(value, str):
+        return f"the string {json_text(value)}"
+    if isinstance(value, int | float):
+        return f"the number {json_text(value)}"
+    if isinstance(value, list):
+        return "an array"
+    if isinstance(value, dict):
+        return "an object"
+    return "null" if value is None else json_text(value)
+
+
+def wrong_type(expected: Iterable[str], value: object) -> str:
+    """A value of the wrong JSON type: what the schema expects, and what came."""
+    kinds = sorted(expected, key=lambda kind: kind == "null")  # "an integer or null"
+    wanted = " or ".join(_SCHEMA_KINDS.get(kind, kind) for kind in kinds)
+    return f"expected {wanted}, got {_sent(value)}"
+
+
+def not_one_of(value: object, allowed: Sequence[object]) -> str:
+    """A value outside an enum: the allowed values, up to the bound, then a count."""
+    shown: list[str] = []
+    used = 0
+    for option in allowed[:ENUM_SHOWN]:
+        text = json_text(option)
+        if shown and used + len(text) > ENUM_CHARS:
+            break
+        shown.append(text)
+        used += len(text) + 2
+    more = len(allowed) - len(shown)
+    rest = f", and {more} more" if more else ""
+    return f"{json_text(value)} is not one of the allowed values: {', '.join(shown)}{rest}"
+
+
+def not_the_constant(value: object, allowed: object) -> str:
+    """A value other than a ``const``: the one allowed value."""
+    return f"{json_text(value)} is not allowed; the only allowed value is {json_text(allowed)}"
 
 
 def not_found(name: str, available: Iterable[str]) -> str:

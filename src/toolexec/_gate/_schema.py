@@ -21,8 +21,9 @@ from typing import Any
 
 import attrs
 
+from .._core import _messages as say
 from .._core._errors import RegistrationError
-from .._core._messages import clip
+from .._core._messages import CLIP_CHARS, ENUM_CHARS, clip
 
 __all__ = [
     "COMBINATORS",
@@ -36,6 +37,8 @@ __all__ = [
 _NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 #: How many violations an ``invalid_arguments`` result lists; the rest are counted.
 MAX_VIOLATIONS = 20
+# The longest violation worded here (a value sent, then the allowed values).
+_WORDED_CHARS = 2 * CLIP_CHARS + ENUM_CHARS
 
 # Keywords some provider rejects or ignores; refused at registration.
 _FORBIDDEN = ("$ref", "oneOf", "anyOf", "allOf", "not", "if", "then", "else", "patternProperties")
@@ -110,22 +113,38 @@ class CompiledSchema:
 
         At most ``MAX_VIOLATIONS`` are listed, then one line counting the
         rest; a message quoting a long value shows its two ends (``clip``).
+        A wrong type says what was expected and what was sent; a value
+        outside an ``enum`` or ``const`` lists the allowed values, up to the
+        bound of ``_messages.not_one_of``.
         """
         found = []
         for error in self._validator.iter_errors(arguments):
             steps = error.instance_path
             key = tuple((0, p, "") if isinstance(p, int) else (1, 0, str(p)) for p in steps)
-            found.append((key, steps, error.message))
+            found.append((key, steps, _worded(error)))
         found.sort(key=lambda item: (item[0], item[2]))
         lines = [
             "$"
             + "".join(f"[{p}]" if isinstance(p, int) else f".{clip(str(p))}" for p in steps)
-            + f": {clip(message)}"
+            + f": {message}"
             for _, steps, message in found[:MAX_VIOLATIONS]
         ]
         if len(found) > MAX_VIOLATIONS:
             lines.append(f"{len(found) - MAX_VIOLATIONS} more violations not shown")
         return lines
+
+
+def _worded(error: Any) -> str:
+    """A violation as the model reads it: one it can act on, clipped."""
+    kind = error.kind
+    name = kind.name
+    if name == "type":
+        return clip(say.wrong_type(kind.types, error.instance), _WORDED_CHARS)
+    if name == "enum":
+        return clip(say.not_one_of(error.instance, kind.options), _WORDED_CHARS)
+    if name == "const":
+        return clip(say.not_the_constant(error.instance, kind.expected_value), _WORDED_CHARS)
+    return clip(error.message)
 
 
 def compile_schema(schema: Mapping[str, Any], *, tool: str) -> CompiledSchema:
