@@ -32,7 +32,7 @@ import attrs
 
 from .._gate._approval import ApprovalConfig
 from .._gate._asker import ApprovalMemory, Asker
-from .._gate._policy import AllowAll, ToolPolicy
+from .._gate._policy import HOST, AllowAll, ToolPolicy
 from ._backend import Backend
 from ._batch import Batch, BatchOutcome, Steering, Stream
 from ._call import RunBinding, Runtime
@@ -123,7 +123,7 @@ def _as_services(services: Iterable[object] | Services) -> Services:
 
 def _check_backends(_inst: object, _attr: object, value: Mapping[str, Backend]) -> None:
     for name, backend in value.items():
-        if not isinstance(name, str) or not name or name == "host":
+        if not isinstance(name, str) or not name or name == HOST:
             raise ValueError(
                 f"backend names must be non-empty strings other than 'host' (the host "
                 f"backend is built in), got {name!r}"

@@ -23,7 +23,7 @@ import attrs
 
 from .._gate._approval import ApprovalMode
 from .._gate._hooks import Rewrite, Skip
-from .._gate._policy import HOST_GRANT, Allow, Ask, Deny
+from .._gate._policy import HOST, HOST_GRANT, Allow, Ask, Deny
 from . import _messages as say
 from ._lifecycle import CallSlot, State, error_result
 from ._types import ErrorClass, RoutingClass, SideEffects
@@ -184,11 +184,11 @@ class Planner:
 
     def _backend(self, slot: CallSlot) -> ToolResult | None:
         grant = slot.grant or HOST_GRANT
-        if grant is HOST_GRANT or grant.sandbox == "host":
+        if grant is HOST_GRANT or grant.sandbox == HOST:
             return None
         slot.backend = self.backends.get(grant.sandbox)
         if slot.backend is None:
-            text = say.unknown_sandbox(slot.call.name, grant.sandbox, ["host", *self.backends])
+            text = say.unknown_sandbox(slot.call.name, grant.sandbox, [HOST, *self.backends])
             return error_result(slot, ErrorClass.EXECUTION_ERROR, text)
         return None
 
