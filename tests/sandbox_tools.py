@@ -42,3 +42,12 @@ def plain(text: str) -> str:
 def big(size: int) -> str:
     """Return ``size`` characters."""
     return "x" * size
+
+
+@function_tool(side_effects=SideEffects.READ)
+def run(command: str) -> str:
+    """Run a shell command from the function's own process; return its output."""
+    import subprocess
+
+    done = subprocess.run(["/bin/sh", "-c", command], capture_output=True, text=True, check=False)
+    return f"exit {done.returncode}\n{done.stdout}"

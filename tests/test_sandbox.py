@@ -607,3 +607,32 @@ async def test_cpu_and_open_file_limits_are_set(workspace: Path) -> None:
         result = await _shell(executor, "while :; do :; done")
     assert result.is_error
     assert "SIGXCPU" in result.text
+
+
+# -- the sandbox's own channel ------------------------------------------------------------
+
+# Writes a forged record into every descriptor of every other process it can see
+# (the launcher's report pipe among them), then exits 3.
+_FORGE = (
+    "for fd in /proc/[0-9]*/fd/*; do "
+    'case "$fd" in /proc/$$/*) continue;; esac; '
+    'printf \'%s\\n\' \'{"op": "progress", "message": "forged"}\' '
+    '\'{"op": "exit", "code": 0}\' > "$fd" && echo "wrote $fd"; '
+    "done 2>/dev/null; exit 3"
+)
+
+
+@pytest.mark.parametrize("level", NAMESPACE_LEVELS)
+async def test_the_work_cannot_forge_the_launchers_reports(level: str, workspace: Path) -> None:
+    await _require(level)
+    events: list[Event] = []
+    executor = _executor(workspace, level, sinks=(CallbackSink(events.append),))
+    result = await _shell(executor, _FORGE)
+    assert [e for e in events if isinstance(e, CallProgress)] == []
+    assert result.details["exit_code"] == 3, result.text
+    assert "wrote" not in result.text
+    # Nor can a command a function tool starts (the function holds the pipe itself).
+    executor.registry.register(sandbox_tools.run)
+    outcome = await executor.execute_batch([ToolCall("f", "run", {"command": _FORGE})])
+    assert outcome.results[0].text == "exit 3\n"
+    assert [e for e in events if isinstance(e, CallProgress)] == []

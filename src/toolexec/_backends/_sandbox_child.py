@@ -15,7 +15,11 @@ runs this same interpreter, so the format matches). It writes JSON lines to
 * ``{"op": "exit", "code"}`` or ``{"op": "exit", "signal"}`` when the work
   process ended.
 
-Set-up, in this order: (at the ``unshare`` level) the mounts: the whole
+Set-up, in this order: (at the namespace levels) this process makes itself
+non-dumpable, so that the work, which has no capability, cannot open its
+``/proc/<pid>/fd`` and write records into the report pipe (nor can it reach
+the pipe otherwise: the command is exec'd without it, and a function tool's
+own process is non-dumpable too); (at the ``unshare`` level) the mounts: the whole
 tree read-only, private tmpfs over the hidden directories, the directories
 to keep re-bound read-only, the workspace bound read-only or writable;
 then the working directory; then the work runs in a forked child, which
@@ -140,6 +144,12 @@ def _mount(spec: dict[str, Any]) -> None:
     for path in sorted(held, key=lambda p: p.count("/")):
         _bind(libc, held[path], path, path != workspace or not spec.get("workspace_rw"))
         os.close(held[path])
+
+
+def _protect() -> None:
+    """Make this process non-dumpable: no process without ``CAP_SYS_PTRACE`` (the
+    work has none) may open its ``/proc/<pid>/fd``, and so reach the report pipe."""
+    _check(_libc().prctl(4, 0, 0, 0, 0), "not dumpable")  # PR_SET_DUMPABLE
 
 
 def _drop_capabilities() -> None:
@@ -274,6 +284,8 @@ def main(argv: list[str]) -> None:
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     try:
         request = _read_request(request_fd)
+        if request.get("own_pid_ns"):
+            _protect()
         if request.get("mounts"):
             _mount(request["mounts"])
         os.chdir(request["cwd"])
