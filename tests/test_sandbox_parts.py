@@ -294,3 +294,51 @@ def test_the_launcher_sets_every_limit() -> None:
         for key, which in names.items():
             with contextlib.suppress(ValueError, OSError):  # raising a hard limit needs root
                 resource.setrlimit(which, saved[key])
+
+
+def test_report_lines_are_split_in_one_pass() -> None:
+    from toolexec._backends._sandbox import ReportLines
+
+    lines = ReportLines(limit=1 << 20)
+    assert lines.feed(b'{"op": ') == []
+    assert lines.scanned == 7  # the next search starts past what was searched
+    assert lines.feed(b'"started"}\n{"op"') == [b'{"op": "started"}']
+    assert (bytes(lines.buffer), lines.scanned) == (b'{"op"', 5)
+    assert lines.feed(b": 1}\n\n") == [b'{"op": 1}', b""]
+    assert (bytes(lines.buffer), lines.scanned) == (b"", 0)
+    for _ in range(20):  # a long line in many chunks: each byte is searched once
+        lines.feed(b"x" * 60_000)
+        assert lines.scanned == len(lines.buffer)
+    assert lines.oversized
+    assert lines.feed(b"\n") == [b"x" * 1_200_000]
+
+
+class _Progress:
+    def __init__(self) -> None:
+        self.messages: list[str] = []
+
+    def report_progress(self, message: str) -> None:
+        self.messages.append(message)
+
+
+@pytest.mark.parametrize(
+    ("line", "why"),
+    [
+        (b'{"op": "progress", "message": NaN}', "NaN is not JSON"),
+        (b'{"op": "progress", "message": 1e999}', "finite"),
+        (b'{"op": "progress", "message": [' + b"[]," * 300_000 + b"[]]}", "over the limit"),
+        (b'{"op": "progress", "message": ' + b"[" * 200 + b"]" * 200 + b"}", "nested"),
+    ],
+)
+def test_a_report_line_is_decoded_within_bounds(line: bytes, why: str) -> None:
+    from toolexec._backends._sandbox import _Reports, _Run
+
+    ctx = _Progress()
+    run = _Run(SubprocessBackend(), Detection("rlimits", {}), "rlimits", None, {}, ctx)  # type: ignore[arg-type]
+    reports = _Reports()
+    run._take(line, reports)
+    assert ctx.messages == []
+    assert reports.malformed is not None
+    assert why in reports.malformed
+    run._take(b'{"op": "progress", "message": "fine"}', reports)
+    assert ctx.messages == ["fine"]

@@ -53,6 +53,7 @@ import attrs
 import trio
 
 from .._core._errors import ToolError
+from .._core._json_bounds import loads_bounded
 from .._core._types import ErrorClass, ToolOutput, strings
 from .._proc._process import OutputCapture, PipeCollector, open_group_process, reap, supervise
 from .._tools._shell import DEFAULT_ENV_ALLOW, CommandEnd, ShellTool, shell_output, update_listener
@@ -240,6 +241,39 @@ class SubprocessBackend:
             env["HOME"] = home
         env["TMPDIR"] = "/tmp"
         return env
+
+
+@attrs.define(eq=False)
+class ReportLines:
+    """Splits the report pipe's bytes into lines, in time linear in their length.
+
+    ``feed`` returns the lines a chunk completes; the search for a newline
+    starts where the last one stopped (``scanned``), so a long line arriving
+    in many chunks is searched once. A partial line longer than ``limit``
+    bytes sets ``oversized``.
+    """
+
+    limit: int
+    buffer: bytearray = attrs.Factory(bytearray)
+    scanned: int = 0
+    oversized: bool = False
+
+    def feed(self, chunk: bytes) -> list[bytes]:
+        """Add ``chunk``; the lines it completes, without their newlines."""
+        self.buffer += chunk
+        lines = []
+        start = 0
+        while True:
+            end = self.buffer.find(b"\n", max(start, self.scanned))
+            if end < 0:
+                break
+            lines.append(bytes(self.buffer[start:end]))
+            start = end + 1
+        if start:
+            del self.buffer[:start]
+        self.scanned = len(self.buffer)
+        self.oversized = len(self.buffer) > self.limit
+        return lines
 
 
 def _describe_signal(number: int) -> str:
@@ -464,22 +498,15 @@ class _Run:
         return reports, timed_out
 
     async def _read_reports(self, stream: trio.lowlevel.FdStream, reports: _Reports) -> None:
-        limit = self.backend.max_report_bytes
-        buffer = bytearray()
+        lines = ReportLines(self.backend.max_report_bytes)
         try:
             while True:
                 chunk = await stream.receive_some(1 << 16)
                 if not chunk:
                     return
-                buffer += chunk
-                while True:
-                    end = buffer.find(b"\n")
-                    if end < 0:
-                        break
-                    line = bytes(buffer[:end])
-                    del buffer[: end + 1]
+                for line in lines.feed(chunk):
                     self._take(line, reports)
-                if len(buffer) > limit:
+                if lines.oversized:
                     reports.oversized = True
                     await stream.aclose()  # a writer still writing gets EPIPE, and ends
                     return
@@ -487,10 +514,8 @@ class _Run:
             reports.eof.set()
 
     def _take(self, line: bytes, reports: _Reports) -> None:
-        import json
-
         try:
-            message = json.loads(line)
+            message = loads_bounded(line)
             op = message["op"]
         except (ValueError, TypeError, KeyError) as exc:
             reports.malformed = reports.malformed or f"{exc}"
