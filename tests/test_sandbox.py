@@ -14,6 +14,7 @@ import functools
 import json
 import logging
 import os
+import shlex
 import shutil
 import socket
 import subprocess
@@ -636,3 +637,39 @@ async def test_the_work_cannot_forge_the_launchers_reports(level: str, workspace
     outcome = await executor.execute_batch([ToolCall("f", "run", {"command": _FORGE})])
     assert outcome.results[0].text == "exit 3\n"
     assert [e for e in events if isinstance(e, CallProgress)] == []
+
+
+# Twelve children, each waiting for the parent to finish forking (EOF on a pipe).
+_TWELVE_FORKS = (
+    "import os\n"
+    "r, w = os.pipe()\n"
+    "n = 0\n"
+    "try:\n"
+    "    for _ in range(12):\n"
+    "        if os.fork() == 0:\n"
+    "            os.close(w)\n"
+    "            os.read(r, 1)\n"
+    "            os._exit(0)\n"
+    "        n += 1\n"
+    "except OSError as exc:\n"
+    "    print('stopped', exc.errno)\n"
+    "print('forked', n)\n"
+    "os.close(w)\n"
+)
+
+
+@pytest.mark.parametrize("level", NAMESPACE_LEVELS)
+async def test_a_process_limit_holds_or_is_refused(level: str, workspace: Path) -> None:
+    """As root the kernel never limits the forks (root inside is root outside): refused."""
+    await _require(level)
+    python = os.path.realpath(sys.executable)
+    command = f"touch ran.txt; {python} -I -S -c {shlex.quote(_TWELVE_FORKS)}"
+    executor = _executor(workspace, level, {"processes": 4, "workspace": "rw"})
+    result = await _shell(executor, command)
+    if os.geteuid() == 0:
+        assert result.is_error
+        assert f"cannot be enforced at isolation '{level}'" in result.text
+        assert not (workspace / "ran.txt").exists()
+    else:
+        assert "stopped 11" in result.text  # EAGAIN
+        assert int(result.text.rsplit("forked ", 1)[1].split()[0]) < 4

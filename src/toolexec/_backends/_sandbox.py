@@ -208,11 +208,17 @@ class SubprocessBackend:
                 f"({found.why_not()}).",
                 details={"sandbox": info},
             )
-        if limits.processes is not None and level == "rlimits" and os.geteuid() == 0:
+        if limits.processes is not None and 0 in (os.getuid(), os.geteuid()):
+            where = (
+                "outside a user namespace"
+                if level == "rlimits"
+                else "and the sandbox's root is root outside it"
+            )
             raise ToolError(
                 f"Tool '{name}' was not run: its 'processes' limit cannot be enforced at "
-                "isolation 'rlimits' for root (the kernel ignores RLIMIT_NPROC for root "
-                "outside a user namespace).",
+                f"isolation '{level}' when toolexec runs as root (the kernel ignores "
+                f"RLIMIT_NPROC for root's processes, {where}); run toolexec as another "
+                "user, or drop the limit.",
                 details={"sandbox": info},
             )
         info.update(
