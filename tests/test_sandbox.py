@@ -673,3 +673,31 @@ async def test_a_process_limit_holds_or_is_refused(level: str, workspace: Path) 
     else:
         assert "stopped 11" in result.text  # EAGAIN
         assert int(result.text.rsplit("forked ", 1)[1].split()[0]) < 4
+
+
+@pytest.mark.parametrize("level", NAMESPACE_LEVELS)
+async def test_a_unix_socket_is_unreachable_without_the_network(level: str) -> None:
+    await _require(level)
+    # A short path: a unix socket's path has at most 107 bytes.
+    workspace = Path(tempfile.mkdtemp(prefix="toolexec-sock-"))
+    python = os.path.realpath(sys.executable)
+    connect = (
+        "import socket\n"
+        "s = socket.socket(socket.AF_UNIX)\n"
+        f"s.connect({str(workspace / 'agent.sock')!r})\n"
+        "print('connected')\n"
+    )
+    command = f"{python} -I -S -c {shlex.quote(connect)}"
+    try:
+        with socket.socket(socket.AF_UNIX) as server:
+            server.bind(str(workspace / "agent.sock"))
+            server.listen(8)
+            for network in (False, True):
+                executor = _executor(workspace, level, {"network": network})
+                result = await _shell(executor, command)
+                assert ("connected" in result.text) is network, result.text
+                executor.registry.register(sandbox_tools.run)
+                outcome = await executor.execute_batch([ToolCall("f", "run", {"command": command})])
+                assert ("connected" in outcome.results[0].text) is network
+    finally:
+        shutil.rmtree(workspace)

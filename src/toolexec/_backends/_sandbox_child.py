@@ -23,7 +23,9 @@ own process is non-dumpable too); (at the ``unshare`` level) the mounts: the who
 tree read-only, private tmpfs over the hidden directories, the directories
 to keep re-bound read-only, the workspace bound read-only or writable;
 then the working directory; then the work runs in a forked child, which
-sets the resource limits first. This process stays to wait for it: it
+sets the resource limits first, then (at ``unshare``) drops every capability
+and (at the namespace levels, without the network) installs a seccomp filter
+that refuses unix sockets. This process stays to wait for it: it
 ignores SIGTERM (the child gets the host's SIGTERM itself) and, when the
 request pipe reaches EOF (toolexec is gone), it ends the work: by exiting,
 which ends the pid namespace, or outside one by killing its process group.
@@ -166,6 +168,43 @@ def _drop_capabilities() -> None:
     _check(libc.syscall(126 if os.uname().machine == "x86_64" else 91, header, data), "capset")
 
 
+# The seccomp filter without the network: ``socket(AF_UNIX, ...)`` fails with
+# EACCES, so the work cannot connect to a unix socket it sees in the file tree
+# (the workspace's, say); a filesystem path is the one way out of a network
+# namespace. ``socketpair`` stays (it reaches nothing outside). Per machine:
+# (the audit architecture, the number of ``socket``); a foreign architecture's
+# calls fail. BPF: (code, jump if true, jump if false, k).
+_SECCOMP_ARCHES = {"x86_64": (0xC000003E, 41), "aarch64": (0xC00000B7, 198)}
+_X32_SYSCALL_BIT = 0x40000000
+
+
+def _seal_unix_sockets() -> None:
+    """Refuse creating ``AF_UNIX`` sockets from now on, in this process and its children."""
+    import ctypes
+    import struct
+
+    arch, socket_nr = _SECCOMP_ARCHES[os.uname().machine]
+    allow, deny = 0x7FFF0000, 0x00050000 | 13  # SECCOMP_RET_ALLOW, SECCOMP_RET_ERRNO | EACCES
+    program = [
+        (0x20, 0, 0, 4),  # A = arch
+        (0x15, 1, 0, arch),  # A == arch: go on
+        (0x06, 0, 0, deny),
+        (0x20, 0, 0, 0),  # A = the syscall's number
+        (0x35, 4, 0, _X32_SYSCALL_BIT),  # x32 calls: deny
+        (0x15, 0, 2, socket_nr),  # not socket(): allow
+        (0x20, 0, 0, 16),  # A = the domain (the first argument, its low 32 bits)
+        (0x15, 1, 0, 1),  # AF_UNIX: deny
+        (0x06, 0, 0, allow),
+        (0x06, 0, 0, deny),
+    ]
+    code = b"".join(struct.pack("HBBI", *op) for op in program)
+    filters = ctypes.create_string_buffer(code, len(code))
+    fprog = struct.pack("HxxxxxxP", len(program), ctypes.addressof(filters))
+    libc = _libc()
+    _check(libc.prctl(38, 1, 0, 0, 0), "no_new_privs")  # PR_SET_NO_NEW_PRIVS
+    _check(libc.prctl(22, 2, fprog, 0, 0), "seccomp")  # PR_SET_SECCOMP, SECCOMP_MODE_FILTER
+
+
 # -- the work ------------------------------------------------------------------------
 
 
@@ -235,6 +274,8 @@ def _child(request: dict[str, Any], report_fd: int) -> None:
         _set_limits(request.get("rlimits", {}))
         if request.get("drop_caps"):
             _drop_capabilities()
+        if request.get("seal_unix"):
+            _seal_unix_sockets()
         if request["kind"] == "exec":
             os.close(report_fd)
             argv = request["argv"]

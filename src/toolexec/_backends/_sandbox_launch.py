@@ -184,7 +184,8 @@ def command(
             "host_ns": _mount_ns(),
         }
         argv = [found.unshare, *_unshare_flags(limits.network), *_launch()]
-        return argv, {"cwd": cwd, "own_pid_ns": True, "mounts": mounts, "drop_caps": True}
+        setup = {"cwd": cwd, "own_pid_ns": True, "mounts": mounts, "drop_caps": True}
+        return argv, {**setup, "seal_unix": not limits.network}
     assert found.bwrap is not None
     argv = [found.bwrap, "--unshare-all"]
     if limits.network:
@@ -199,7 +200,7 @@ def command(
         argv += [how, path, path]
     # The launcher is the namespace's first process: when it exits, all in it end.
     argv += ["--as-pid-1", "--cap-drop", "ALL", "--", *_launch()]
-    return argv, {"cwd": cwd, "own_pid_ns": True}
+    return argv, {"cwd": cwd, "own_pid_ns": True, "seal_unix": not limits.network}
 
 
 def _launch() -> list[str]:
