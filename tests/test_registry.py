@@ -31,7 +31,7 @@ def tool_with_schema(schema: dict[str, Any], name: str = "t") -> Any:
 
 
 @pytest.mark.parametrize(
-    "keyword", ["$ref", "oneOf", "anyOf", "allOf", "not", "if", "then", "else", "patternProperties"]
+    "keyword", ["$ref", "oneOf", "allOf", "not", "if", "then", "else", "patternProperties"]
 )
 def test_constructs_outside_the_portable_subset_are_refused_with_their_place(keyword: str) -> None:
     value: Any = (
@@ -47,6 +47,86 @@ def test_constructs_outside_the_portable_subset_are_refused_with_their_place(key
         ToolRegistry().register(tool_with_schema(schema))
     assert repr(keyword) in str(info.value)
     assert "#/properties/p/properties/q" in str(info.value)
+    assert "\n" not in str(info.value)
+    if keyword != "$ref":
+        assert "which OpenAI refuses in function parameters" in str(info.value)
+
+
+def test_anyof_and_local_refs_are_kept_and_validated() -> None:
+    node = {
+        "type": "object",
+        "properties": {"label": {"type": "string"}, "children": {"$ref": "#/$defs/Nodes"}},
+        "required": ["label"],
+        "additionalProperties": False,
+    }
+    schema = {
+        "type": "object",
+        "properties": {
+            "flag": {
+                "anyOf": [
+                    {"type": "boolean", "description": "on or off"},
+                    {"type": "string", "description": "a mode"},
+                    {"type": "string", "description": "a mode"},
+                ]
+            },
+            "tree": {"$ref": "#/$defs/Node"},
+            "first": {"$ref": "#/$defs/Nodes/items"},
+            "odd key": {"$ref": "#/$defs/a~1b%20c"},
+        },
+        "$defs": {
+            "Node": node,
+            "Nodes": {"type": "array", "items": {"$ref": "#/$defs/Node"}},
+            "a/b c": {"type": "integer"},
+        },
+    }
+    registry = ToolRegistry()
+    registry.register(tool_with_schema(schema))
+    compiled = registry.lookup("t").schema  # type: ignore[union-attr]
+    assert compiled.schema is schema
+    good = {"flag": "x", "tree": {"label": "a", "children": [{"label": "b"}]}, "odd key": 3}
+    assert compiled.is_valid(good)
+    assert compiled.is_valid({"flag": True, "first": {"label": "c"}})
+    for bad in ({"flag": 1}, {"tree": {"children": []}}, {"odd key": "3"}, {"first": {}}):
+        assert not compiled.is_valid(bad), bad
+
+
+@pytest.mark.parametrize(
+    ("schema", "says"),
+    [
+        (
+            {"type": "object", "anyOf": [{"required": ["a"]}, {"required": ["b"]}]},
+            "uses 'anyOf' at the top level, which OpenAI and Anthropic refuse",
+        ),
+        (
+            {"type": "object", "enum": [{}]},
+            "uses 'enum' at the top level, which OpenAI refuses",
+        ),
+        (
+            {"type": "object", "properties": {"a": {"$ref": "https://example.test/a.json"}}},
+            "schema at #/properties/a uses '$ref' 'https://example.test/a.json', which is not "
+            "local to the schema",
+        ),
+        (
+            {
+                "type": "object",
+                "properties": {"a": {"$ref": "#/$defs/A/prefixItems/1"}},
+                "$defs": {"A": {"prefixItems": [{}]}},
+            },
+            "points to nothing in the schema",
+        ),
+        (
+            {"type": "object", "properties": {"a": {"type": "string", "pattern": "(?<=a)b\\"}}},
+            "input_schema cannot be compiled: ",
+        ),
+    ],
+)
+def test_what_no_provider_or_validator_can_take_is_refused_on_one_line(
+    schema: dict[str, Any], says: str
+) -> None:
+    with pytest.raises(RegistrationError) as info:
+        ToolRegistry().register(tool_with_schema(schema))
+    assert says in str(info.value)
+    assert "\n" not in str(info.value)
 
 
 def test_invalid_schema_and_non_object_schema_are_refused() -> None:

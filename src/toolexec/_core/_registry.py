@@ -50,6 +50,19 @@ def cannot_suspend(fn: object) -> bool:
     return not any(i.opname in _SUSPENDS for i in dis.get_instructions(fn.__code__))
 
 
+def _precompiled(instance: object, definition: ToolDefinition) -> CompiledSchema | None:
+    """The schema a tool source already checked and compiled for this very definition.
+
+    A source that must know whether a schema compiles before it offers the
+    tool (an OpenAPI operation, an MCP tool) keeps what it compiled as the
+    tool's ``compiled_schema``, so each schema is compiled once.
+    """
+    compiled = getattr(instance, "compiled_schema", None)
+    if isinstance(compiled, CompiledSchema) and compiled.schema is definition.input_schema:
+        return compiled
+    return None
+
+
 @attrs.frozen
 class RegisteredTool:
     """A registered tool: its definition, factory and compiled schema."""
@@ -112,7 +125,9 @@ class ToolRegistry:
                 f"a tool named {definition.name!r} is already registered; "
                 "unregister it first or choose another name"
             )
-        schema = compile_schema(definition.input_schema, tool=definition.name)
+        schema = _precompiled(instance, definition) or compile_schema(
+            definition.input_schema, tool=definition.name
+        )
         # Only a tool that is its own factory (a function tool) is the one every
         # call runs; another factory's instances could differ.
         own: object = factory

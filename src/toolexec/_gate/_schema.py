@@ -2,10 +2,24 @@
 
 Theory of operation: a schema is checked once, when its tool is registered,
 with ``jsonschema`` (is it a valid Draft 2020-12 schema?) and against the
-portable subset that every provider accepts. It is then compiled once with
-``jsonschema_rs``; per call we only ask the compiled validator ``is_valid``
-(well under a microsecond for typical arguments) and build the list of
-violations, each with its JSON path, only for arguments that fail.
+portable subset: what every target provider (OpenAI chat completions and
+responses, Anthropic messages, as ``toolexec.formats`` renders tools)
+accepts, and what the compiled validator checks without reaching outside
+the schema. It is then compiled once with ``jsonschema_rs``; per call we
+only ask the compiled validator ``is_valid`` (well under a microsecond for
+typical arguments) and build the list of violations, each with its JSON
+path, only for arguments that fail.
+
+The portable subset. The top level is one object schema (``"type":
+"object"``, no ``anyOf``/``oneOf``/``allOf``/``not``/``enum``/``const``/
+``if``: OpenAI refuses them there, Anthropic the first three). Below it,
+``anyOf``, ``$defs`` and local ``$ref``s (``#/...``, resolved as RFC 6901
+pointers in the schema itself, recursion included) are accepted as given;
+``oneOf``, ``allOf``, ``not``, ``if``/``then``/``else`` and
+``patternProperties`` are refused, because OpenAI refuses them in function
+parameters, and a ``$ref`` to anything outside the schema is refused,
+because nothing would fetch it. Every refusal is one line naming the place,
+the keyword and the provider.
 
 Both libraries are imported by ``compile_schema``, when the first tool is
 registered, not with this module: ``import toolexec`` does not pay for them,
@@ -24,6 +38,7 @@ import attrs
 from .._core import _messages as say
 from .._core._errors import RegistrationError
 from .._core._messages import CLIP_CHARS, ENUM_CHARS, clip
+from ._pointer import is_local, resolve
 
 __all__ = [
     "COMBINATORS",
@@ -32,6 +47,7 @@ __all__ = [
     "CompiledSchema",
     "check_tool_name",
     "compile_schema",
+    "one_line",
 ]
 
 _NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
@@ -40,8 +56,18 @@ MAX_VIOLATIONS = 20
 # The longest violation worded here (a value sent, then the allowed values).
 _WORDED_CHARS = 2 * CLIP_CHARS + ENUM_CHARS
 
-# Keywords some provider rejects or ignores; refused at registration.
-_FORBIDDEN = ("$ref", "oneOf", "anyOf", "allOf", "not", "if", "then", "else", "patternProperties")
+# Keywords OpenAI refuses in function parameters; refused at registration.
+_FORBIDDEN = ("oneOf", "allOf", "not", "if", "then", "else", "patternProperties")
+# Keywords refused at the top level of a tool's schema, and who refuses each.
+_TOP_LEVEL = {
+    "anyOf": "OpenAI and Anthropic",
+    "oneOf": "OpenAI and Anthropic",
+    "allOf": "OpenAI and Anthropic",
+    "not": "OpenAI",
+    "enum": "OpenAI",
+    "const": "OpenAI",
+    "if": "OpenAI",
+}
 # The keywords that hold sub-schemas, for every module that walks a schema:
 # those whose value maps names to sub-schemas,
 SUBSCHEMA_MAPS = ("properties", "$defs", "definitions", "dependentSchemas")
@@ -67,7 +93,24 @@ def check_tool_name(name: str) -> None:
         )
 
 
-def _check_subset(schema: Any, where: str, tool: str) -> None:
+def one_line(text: str, limit: int = 1000) -> str:
+    """``text`` on one line (every run of whitespace with a line break becomes a space), clipped."""
+    if "\n" in text or "\r" in text:
+        text = " ".join(text.split())
+    return clip(text, limit)
+
+
+def _check_top_level(schema: Mapping[str, Any], tool: str) -> None:
+    for key, who in _TOP_LEVEL.items():
+        if key in schema:
+            verb = "refuses" if who == "OpenAI" else "refuse"
+            raise RegistrationError(
+                f"tool {tool!r}: input_schema uses {key!r} at the top level, which {who} "
+                f"{verb}: a tool's arguments must be one object schema"
+            )
+
+
+def _check_subset(schema: Any, where: str, tool: str, root: Mapping[str, Any]) -> None:
     if isinstance(schema, bool):
         return
     if not isinstance(schema, Mapping):
@@ -75,12 +118,30 @@ def _check_subset(schema: Any, where: str, tool: str) -> None:
     for key in _FORBIDDEN:
         if key in schema:
             raise RegistrationError(
-                f"tool {tool!r}: schema at {where} uses {key!r}, which is outside the "
-                "portable subset (no $ref, oneOf, anyOf, allOf, not, if/then/else, "
-                "patternProperties); inline the definition or flatten the alternatives"
+                f"tool {tool!r}: schema at {where} uses {key!r}, which OpenAI refuses in "
+                "function parameters (outside the portable subset); use anyOf, a list of "
+                "types or an enum where they say the same"
             )
+    if "$ref" in schema:
+        _check_ref(schema["$ref"], where, tool, root)
     for sub, sub_where in _subschemas(schema, where):
-        _check_subset(sub, sub_where, tool)
+        _check_subset(sub, sub_where, tool, root)
+
+
+def _check_ref(ref: Any, where: str, tool: str, root: Mapping[str, Any]) -> None:
+    shown = clip(repr(ref))
+    if not is_local(ref):
+        raise RegistrationError(
+            f"tool {tool!r}: schema at {where} uses '$ref' {shown}, which is not local to the "
+            "schema (outside the portable subset): nothing would fetch it; put it in $defs"
+        )
+    try:
+        resolve(root, ref)
+    except LookupError:
+        raise RegistrationError(
+            f"tool {tool!r}: schema at {where} uses '$ref' {shown}, which points to nothing "
+            "in the schema"
+        ) from None
 
 
 def _subschemas(schema: Mapping[str, Any], where: str) -> Iterator[tuple[Any, str]]:
@@ -88,7 +149,7 @@ def _subschemas(schema: Mapping[str, Any], where: str) -> Iterator[tuple[Any, st
     for key in SUBSCHEMA_MAPS:
         for name, sub in (schema.get(key) or {}).items():
             yield sub, f"{where}/{key}/{name}"
-    for key in SUBSCHEMA_VALUES:
+    for key in (*SUBSCHEMA_VALUES, "anyOf"):
         sub = schema.get(key)
         if isinstance(sub, list):
             for i, item in enumerate(sub):
@@ -159,11 +220,15 @@ def compile_schema(schema: Mapping[str, Any], *, tool: str) -> CompiledSchema:
     # The compiled meta-check is ~50x faster; jsonschema words the error.
     if not jsonschema_rs.meta.is_valid(dict(schema)):
         _check_meta_schema(schema, tool)
-    _check_subset(schema, "#", tool)
+    _check_top_level(schema, tool)
+    _check_subset(schema, "#", tool, schema)
     try:
         validator = jsonschema_rs.Draft202012Validator(dict(schema))
     except Exception as exc:  # e.g. a regex the compiled engine does not support
-        raise RegistrationError(f"tool {tool!r}: input_schema cannot be compiled: {exc}") from None
+        detail = one_line(str(getattr(exc, "message", None) or exc).split("\n\n")[0])
+        raise RegistrationError(
+            f"tool {tool!r}: input_schema cannot be compiled: {detail}"
+        ) from None
     return CompiledSchema(schema, validator=validator)
 
 
@@ -176,5 +241,6 @@ def _check_meta_schema(schema: Mapping[str, Any], tool: str) -> None:
     except jsonschema.SchemaError as exc:
         path = "/".join(str(p) for p in exc.absolute_path) or "(root)"
         raise RegistrationError(
-            f"tool {tool!r}: input_schema is not a valid JSON Schema at {path}: {exc.message}"
+            f"tool {tool!r}: input_schema is not a valid JSON Schema at {path}: "
+            f"{one_line(exc.message)}"
         ) from None

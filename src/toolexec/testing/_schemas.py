@@ -1,9 +1,10 @@
 """Hypothesis strategies for tool arguments, drawn from a tool's JSON Schema.
 
 Theory of operation. The registry only accepts the portable subset of JSON
-Schema (no ``$ref``, ``oneOf``, ``anyOf``, ``allOf``, ``not``,
-``if/then/else``, ``patternProperties``), so a small generator covers what a
+Schema (no ``oneOf``, ``allOf``, ``not``, ``if/then/else``,
+``patternProperties``), so a small generator covers most of what a
 registered tool can declare: ``const``, ``enum``, ``type`` (one or a list),
+``anyOf`` (a value of one branch),
 strings (``minLength``, ``maxLength``, ``pattern``), integers and numbers
 (``minimum``, ``maximum``, ``exclusiveMinimum``, ``exclusiveMaximum``),
 booleans, null, arrays (``items``, ``minItems``, ``maxItems``) and objects
@@ -11,7 +12,9 @@ booleans, null, arrays (``items``, ``minItems``, ``maxItems``) and objects
 properties a schema does not name are never added. Keywords outside that
 list (``multipleOf``, ``format``, ``uniqueItems``...) are not generated for;
 every drawn value is checked against the tool's compiled validator and
-values that miss are rejected, so a draw is always valid for the tool.
+values that miss are rejected, so a draw is always valid for the tool. A
+``$ref`` (into the schema's ``$defs``) is drawn for as any value, so a tool
+whose arguments go through one mostly draws values the filter rejects.
 
 Invalid arguments break a valid draw in one way the validator must refuse:
 a property of the wrong type, a required property dropped, or a non-object.
@@ -67,6 +70,8 @@ def values_for(schema: Any) -> st.SearchStrategy[Any]:
         return st.just(schema["const"])
     if "enum" in schema:
         return st.sampled_from(list(schema["enum"]))
+    if isinstance(schema.get("anyOf"), list) and schema["anyOf"]:
+        return st.one_of([values_for(branch) for branch in schema["anyOf"]])
     kind = schema.get("type")
     if kind is None:
         kind = "object" if "properties" in schema else "array" if "items" in schema else None
