@@ -360,6 +360,104 @@ def test_an_asyncio_tool_outside_the_bridge_names_the_fix() -> None:
     assert "toolexec.aio.open_executor" in outcome.results[0].content[0].text  # type: ignore[union-attr]
 
 
+@pytest.mark.parametrize("mode", MODES)
+def test_an_asyncio_tool_that_raises_system_exit_is_an_error_result(mode: Mode) -> None:
+    async def exits() -> str:
+        """Exit, as argparse does on bad input."""
+        await asyncio.sleep(0)
+        raise SystemExit(2)
+
+    registry = _registry(function_tool(side_effects=SideEffects.READ)(asyncio_tool(exits)))
+
+    async def main() -> list[toolexec.BatchOutcome]:
+        async with toolexec.aio.open_executor(registry, mode=mode) as ex:
+            first = await ex.execute_batch([ToolCall("1", "exits", {})])
+            then = await ex.execute_batch([ToolCall("2", "echo_back", {"text": "still here"})])
+        return [first, then]
+
+    first, then = _run(main())
+    assert first.results[0].error_class is ErrorClass.EXECUTION_ERROR
+    assert "SystemExit: 2" in first.results[0].text
+    assert _texts(then) == ["still here"]
+
+
+@function_tool(side_effects=SideEffects.READ)
+async def interrupted() -> str:
+    """Raise KeyboardInterrupt, as a Ctrl-C delivered inside a tool does."""
+    await trio.sleep(0)
+    raise KeyboardInterrupt
+
+
+async def _interrupted_on_loop() -> str:
+    """Raise KeyboardInterrupt in an asyncio body."""
+    await asyncio.sleep(0)
+    raise KeyboardInterrupt
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("tool", ["interrupted", "_interrupted_on_loop"])
+def test_a_keyboard_interrupt_from_a_tool_reaches_the_asyncio_host_bare(
+    mode: Mode, tool: str
+) -> None:
+    registry = _registry(
+        interrupted,
+        function_tool(side_effects=SideEffects.READ)(asyncio_tool(_interrupted_on_loop)),
+    )
+    raised: list[BaseException] = []
+
+    async def main(catch: bool) -> None:
+        async with toolexec.aio.open_executor(registry, mode=mode) as ex:
+            try:
+                await ex.execute_batch([ToolCall("1", tool, {}), ToolCall("2", tool, {})])
+            except BaseException as exc:
+                raised.append(exc)
+                if not catch:
+                    raise
+            # As after trio's own execute_batch, the host that catches it goes on.
+            outcome = await ex.execute_batch([ToolCall("3", "echo_back", {"text": "on"})])
+            assert _texts(outcome) == ["on"]
+
+    _run(main(catch=True))
+    with pytest.raises(KeyboardInterrupt) as info:  # bare: not in an exception group
+        _run(main(catch=False))
+    assert [type(exc) for exc in raised] == [KeyboardInterrupt, KeyboardInterrupt]
+    assert type(info.value) is KeyboardInterrupt
+
+
+def test_an_async_tool_awaiting_asyncio_without_asyncio_tool_names_the_fix() -> None:
+    @function_tool(side_effects=SideEffects.READ)
+    async def naive() -> str:
+        """Await asyncio in a trio tool."""
+        await asyncio.sleep(0.001)
+        return "never"  # pragma: no cover
+
+    async def main() -> toolexec.BatchOutcome:
+        async with toolexec.aio.open_executor(_registry(naive)) as ex:
+            return await ex.execute_batch([ToolCall("1", "naive", {})])
+
+    [result] = _run(main()).results
+    assert result.error_class is ErrorClass.EXECUTION_ERROR
+    assert "asyncio_tool" in result.text, result.text
+    assert "unrecognized yield message" not in result.text
+
+
+def test_asyncio_tool_above_function_tool_is_refused_when_decorating() -> None:
+    with pytest.raises(TypeError, match=r"under @function_tool"):
+
+        @asyncio_tool  # type: ignore[arg-type]
+        @function_tool(side_effects=SideEffects.READ)
+        async def upside_down() -> str:
+            """Decorators in the wrong order."""
+            return "never"  # pragma: no cover
+
+    with pytest.raises(TypeError, match=r"async def"):
+
+        @asyncio_tool  # type: ignore[arg-type]
+        def not_async() -> str:
+            """A sync body."""
+            return "never"  # pragma: no cover
+
+
 # -- context variables cross the bridge -------------------------------------
 
 REQUEST_ID: contextvars.ContextVar[str] = contextvars.ContextVar("request_id", default="-")

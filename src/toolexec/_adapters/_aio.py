@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import inspect
 import threading
 from typing import TYPE_CHECKING, Any
 
@@ -30,6 +31,7 @@ if TYPE_CHECKING:
     from .._core._types import ToolCall
     from .._gate._approval import ApprovalAnswer, ApprovalRequest
 
+from .._tools._function import FunctionTool
 from ._aio_guest import (
     MODES,
     Mode,
@@ -318,7 +320,18 @@ def asyncio_tool(fn: Callable[P, Coroutine[Any, Any, T]]) -> Callable[P, Corouti
         async def fetch(url: str) -> str:
             async with httpx.AsyncClient() as client:   # asyncio code
                 return (await client.get(url)).text
+
+    Raises:
+        TypeError: ``fn`` is not an ``async def``; or it is already a tool
+            (``asyncio_tool`` above ``function_tool`` instead of under it).
     """
+    if isinstance(fn, FunctionTool):
+        raise TypeError(
+            f"asyncio_tool was put above @function_tool (on tool {fn.definition.name!r}); "
+            "put it under @function_tool, right above the async def"
+        )
+    if not inspect.iscoroutinefunction(fn):
+        raise TypeError(f"asyncio_tool marks an async def written for asyncio, not {fn!r}")
 
     @functools.wraps(fn)
     async def on_host(*args: P.args, **kwargs: P.kwargs) -> T:

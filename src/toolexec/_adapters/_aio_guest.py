@@ -12,7 +12,7 @@ import asyncio
 import contextvars
 import time
 import types
-from typing import TYPE_CHECKING, Any, Literal, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, ParamSpec, TypeVar, cast
 
 import trio
 
@@ -85,15 +85,25 @@ class _Host:
         A trio cancel (the executor's timeout, a cancelled batch) cancels the
         asyncio task and waits, shielded, until it has finished; then the
         ``trio.Cancelled`` goes on. The task runs in a copy of the trio
-        task's context variables.
+        task's context variables. A ``SystemExit`` or ``KeyboardInterrupt``
+        from ``fn`` is raised here, as if ``fn`` ran in this trio task:
+        asyncio would let either out of its loop, ending the host program.
         """
         assert self.token is not None
         token, done = self.token, trio.Event()
-        task: list[asyncio.Task[T]] = []
+        task: list[asyncio.Task[T | None]] = []
+        escaped: list[BaseException] = []
         context = contextvars.copy_context()
 
+        async def body() -> T | None:
+            try:
+                return await fn(*args, **kwargs)
+            except (KeyboardInterrupt, SystemExit) as exc:
+                escaped.append(exc)
+                return None
+
         def start() -> None:
-            made = self.loop.create_task(fn(*args, **kwargs), context=context)
+            made = self.loop.create_task(body(), context=context)
             made.add_done_callback(lambda _: token.run_sync_soon(done.set))
             task.append(made)
 
@@ -110,7 +120,10 @@ class _Host:
             raise
         if task[0].cancelled():  # by someone else: asyncio's CancelledError must not leak
             raise RuntimeError(f"the asyncio task running {fn.__name__!r} was cancelled")
-        return task[0].result()
+        result = task[0].result()
+        if escaped:
+            raise escaped[0]
+        return cast("T", result)  # a value of ``fn``: nothing escaped
 
 
 # The host of the trio run this task belongs to, for tools and approvers.
@@ -188,6 +201,10 @@ class _Job:
                 batch.cancel()
             result = await batch.run()
         except Exception as exc:
+            guest.host.call(self.finish, None, exc)
+        except KeyboardInterrupt as exc:
+            # Out of the batch bare, as from ``execute_batch`` in trio, to the
+            # task that awaits it; the run goes on, as a trio host's would.
             guest.host.call(self.finish, None, exc)
         except BaseException:
             guest.host.call(

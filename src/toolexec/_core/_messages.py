@@ -231,8 +231,21 @@ def timed_out(name: str, timeout: float) -> str:
     return f"Tool '{name}' timed out after {timeout:g}s and was cancelled."
 
 
+# What trio throws into a task that yielded it something else (an asyncio future).
+_FOREIGN_YIELD = "trio.run received unrecognized yield message "
+
+
 def crashed(name: str, error: BaseException) -> str:
-    return f"Tool '{name}' failed: {type(error).__name__}: {error}"
+    words = str(error)
+    if isinstance(error, TypeError) and words.startswith(_FOREIGN_YIELD):
+        awaited = clip(words.removeprefix(_FOREIGN_YIELD).partition(". Are you")[0])
+        return (
+            f"Tool '{name}' failed: its body awaited an asyncio object ({awaited}) in trio. "
+            "A body written for asyncio is marked @asyncio_tool (toolexec.aio), under "
+            "@function_tool, and runs through toolexec.aio.open_executor "
+            "(this is a bug in the tool)."
+        )
+    return f"Tool '{name}' failed: {type(error).__name__}: {words}"
 
 
 def hook_not_a_decision(name: str, value: object) -> str:
