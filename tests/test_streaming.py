@@ -256,3 +256,32 @@ async def test_add_or_close_from_another_thread_is_refused_and_the_batch_goes_on
     assert [r.text for r in outcome.results] == ["a=1"]  # only the call added in the run
     assert len(refused) == 2
     assert all("outside the trio run" in text and "trio.from_thread" in text for text in refused)
+
+
+async def test_add_or_close_from_another_trio_run_is_refused_and_the_batch_goes_on() -> None:
+    executor = ToolExecutor(_store_registry({"a": 1}, []))
+    batch = executor.open_batch()
+    refused: list[str] = []
+
+    async def other_run() -> None:  # a stream reader with a trio run of its own
+        try:
+            batch.add(ToolCall("1", "get", {"key": "a"}))
+        except RuntimeError as exc:
+            refused.append(str(exc))
+        try:
+            batch.close()
+        except RuntimeError as exc:
+            refused.append(str(exc))
+
+    def feeder() -> None:
+        trio.run(other_run)
+        trio.from_thread.run_sync(batch.add, ToolCall("2", "get", {"key": "a"}))
+        trio.from_thread.run_sync(batch.close)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(batch.run)
+        await trio.testing.wait_all_tasks_blocked()
+        await trio.to_thread.run_sync(feeder)
+    assert len(refused) == 2
+    assert all("another trio run" in text and "trio_token=" in text for text in refused)
+    assert batch.calls == [ToolCall("2", "get", {"key": "a"})]

@@ -123,17 +123,13 @@ class Batch:
         Raises:
             TypeError: ``call`` is not a ``ToolCall``.
             RuntimeError: the batch was not opened for streaming, or it was
-                closed, or it has finished; or this thread runs no trio run
-                (nothing is added).
+                closed, or it has finished; or this thread runs no trio run,
+                or another trio run than the batch's (nothing is added).
         """
         stream = self._stream
         if not isinstance(call, ToolCall):
             raise TypeError(f"Batch.add takes a ToolCall, got {call!r}")
-        if not trio.lowlevel.in_trio_run():
-            raise RuntimeError(
-                f"Batch.add was called outside the trio run (batch {self.id}); from another "
-                "thread, use trio.from_thread.run_sync(batch.add, call)"
-            )
+        self._check_thread("add", "batch.add, call")
         if stream is None or stream.closed or self._finished:
             why = "it was planned whole" if stream is None else "it was closed or has finished"
             raise RuntimeError(
@@ -155,15 +151,29 @@ class Batch:
         Closing twice, or closing a batch planned whole, does nothing.
 
         Raises:
-            RuntimeError: this thread runs no trio run (the batch stays open).
+            RuntimeError: this thread runs no trio run, or another trio run
+                than the batch's (the batch stays open).
         """
         if self._stream is not None:
-            if not trio.lowlevel.in_trio_run():
-                raise RuntimeError(
-                    f"Batch.close was called outside the trio run (batch {self.id}); from "
-                    "another thread, use trio.from_thread.run_sync(batch.close)"
-                )
+            self._check_thread("close", "batch.close")
             self._stream.close()
+
+    def _check_thread(self, method: str, arguments: str) -> None:
+        """Refuse ``add`` or ``close`` from outside the batch's trio run, before any change."""
+        if not trio.lowlevel.in_trio_run():
+            raise RuntimeError(
+                f"Batch.{method} was called outside the trio run (batch {self.id}); from "
+                f"another thread, use trio.from_thread.run_sync({arguments})"
+            )
+        token = self._token
+        if token is not None and not _in_run(token):
+            raise RuntimeError(
+                f"Batch.{method} was called from another trio run than the batch's (batch "
+                f"{self.id}); call it in the batch's run, or hand it over from a thread "
+                f"that runs no trio run: trio.from_thread.run_sync({arguments}, "
+                "trio_token=...) with the token of the batch's run "
+                "(trio.lowlevel.current_trio_token() there)"
+            )
 
     @property
     def calls(self) -> list[ToolCall]:
