@@ -13,7 +13,8 @@ store keyed by name and declares named resources, and ``peek`` and
 a serial one). Each call passes a *gate* before and after its tool: a
 number of trio checkpoints, or a hold released by a controller task in a
 drawn order whenever every other task is blocked. Class widths and the
-strategy are drawn too.
+strategy are drawn too, and whether the batch is given whole or streamed
+(``open_batch``: each call added after a drawn number of checkpoints).
 
 The batch runs twice, in two fresh temp dirs built identically: once on an
 executor with ``resource_conflicts=True`` and once on a plain executor with
@@ -40,6 +41,7 @@ from hypothesis import strategies as st
 from stress.conftest import stress_profile
 from toolexec import (
     Batched,
+    BatchOutcome,
     ConcurrencyConfig,
     Parallel,
     Resource,
@@ -313,6 +315,7 @@ class Case:
     read_width: int
     mut_width: int
     chunk: int | None
+    feed: list[int] | None  # streamed: checkpoints before each add; None: whole
 
 
 @st.composite
@@ -331,6 +334,11 @@ def cases(draw: st.DrawFn) -> Case:
         draw(st.integers(1, 4)),
         draw(st.integers(1, 4)),
         draw(st.one_of(st.none(), st.integers(1, 5))),
+        draw(
+            st.one_of(
+                st.none(), st.lists(st.integers(0, 3), min_size=len(calls), max_size=len(calls))
+            )
+        ),
     )
 
 
@@ -390,12 +398,33 @@ def run_case(
     async def main() -> list[ToolResult]:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(release_holds, gates, case.release)
-            outcome = await executor.execute_batch(calls)
+            if keyed and case.feed is not None:
+                outcome = await streamed(executor, calls, case.feed)
+            else:
+                outcome = await executor.execute_batch(calls)
             for hold in gates.holds.values():
                 hold.set()
         return list(outcome.results)
 
     return trio.run(main), gates, notes
+
+
+async def streamed(executor: ToolExecutor, calls: list[ToolCall], feed: list[int]) -> BatchOutcome:
+    """Run ``calls`` as a streamed batch, each added after ``feed[i]`` checkpoints."""
+    batch = executor.open_batch()
+
+    async def add_all() -> None:
+        for call, checkpoints in zip(calls, feed, strict=True):
+            for _ in range(checkpoints):
+                await trio.lowlevel.checkpoint()
+            batch.add(call)
+        batch.close()
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(add_all)
+        outcome = await batch.run()
+    assert outcome.plan == executor.prepare(calls).plan
+    return outcome
 
 
 def peak_by_class(

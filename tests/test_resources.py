@@ -273,6 +273,93 @@ def test_tools_that_declare_nothing_keep_their_class_runs(ws: Workspace) -> None
     assert spans.before("b", "w3")
 
 
+@attrs.define(eq=False)
+class Held(Recorded):
+    """``Recorded``, and each call holds until ``release``: what overlaps shows."""
+
+    started: dict[str, trio.Event] = attrs.field(factory=dict)
+    release: trio.Event = attrs.field(factory=trio.Event)
+
+    async def execute(self, arguments: Any, ctx: Any) -> ToolOutput:
+        span = self.spans.spans[ctx.call_id] = [self.spans.tick(), 0]
+        self.started.setdefault(ctx.call_id, trio.Event()).set()
+        try:
+            await self.release.wait()
+            return await self.inner.execute(arguments, ctx)  # type: ignore[no-any-return]
+        finally:
+            span[1] = self.spans.tick()
+
+
+def test_a_streamed_batch_overlaps_writes_to_different_files_as_a_whole_one_does(
+    ws: Workspace,
+) -> None:
+    spans = Spans()
+    held = Held(WriteFileTool(ws), spans)
+    registry = ToolRegistry()
+    registry.register(held)
+    executor = ToolExecutor(registry, resource_conflicts=True)
+    calls = [write(str(i), f"f{i}.txt", str(i)) for i in range(6)]
+
+    async def main() -> list[Any]:
+        batch = executor.open_batch()
+
+        async def feed() -> None:
+            # Each call is added once the one before it runs: it can only start
+            # alongside it. Were the calls run one after another, none would
+            # start before the release, and the guard would end the wait.
+            with trio.move_on_after(60):
+                for call in calls:
+                    batch.add(call)
+                    await held.started.setdefault(call.id, trio.Event()).wait()
+            batch.close()
+            held.release.set()
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(feed)
+            outcome = await batch.run()
+        assert outcome.plan == executor.prepare(calls).plan
+        return list(outcome.results)
+
+    results = trio.run(main)
+    assert not any(r.is_error for r in results), [r.text for r in results]
+    assert spans.peak() == len(calls)
+    assert {r.routing for r in results} == {RoutingClass.CONCURRENT_MUT}
+
+
+def test_a_streamed_batch_keeps_conflicting_calls_in_order(ws: Workspace) -> None:
+    executor, spans = setup(ws)
+    calls = [
+        read("r1", "a"),
+        write("w1", "a", "one\n"),
+        write("other", "f"),
+        write("w2", "a", "two\n"),
+        read("r2", "a"),
+        ToolCall("ls", "list_dir", {"path": "."}),
+    ]
+
+    async def main() -> list[Any]:
+        batch = executor.open_batch()
+
+        async def feed() -> None:
+            for call in calls:
+                batch.add(call)
+                await trio.testing.wait_all_tasks_blocked()
+            batch.close()
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(feed)
+            outcome = await batch.run()
+        assert outcome.plan == executor.prepare(calls).plan
+        return list(outcome.results)
+
+    results = trio.run(main)
+    assert [r.call_id for r in results] == [c.id for c in calls]
+    assert results[0].text == "A\n"
+    assert results[4].text == "two\n"
+    for first, then in (("r1", "w1"), ("w1", "w2"), ("w2", "r2"), ("other", "ls"), ("w2", "ls")):
+        assert spans.before(first, then), (first, then)
+
+
 def test_caps_still_hold(ws: Workspace) -> None:
     config = ConcurrencyConfig(concurrent_mut_width=3, read_width=2, per_tool={"edit_file": 1})
     executor, spans = setup(ws, config=config)

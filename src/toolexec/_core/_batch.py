@@ -37,7 +37,7 @@ from ._errors import bare_interrupt
 from ._events import BatchFinished, BatchPlanned, RunFinished, RunStarted
 from ._lifecycle import CallSlot, State, error_result
 from ._report import Reporter
-from ._resources import run_keyed
+from ._resources import KeyedRun, keyed_place
 from ._types import ErrorClass, RoutingClass, ToolCall, ToolResult
 from ._workers import WorkerPool
 
@@ -255,7 +255,11 @@ class Batch:
                 routing, slots = stream.runs[k][0], stream.slots[k]
                 ids = tuple(s.call.id for s in slots)
                 report.emit(RunStarted, index=k, routing=routing, call_ids=ids)
-                workers = WorkerPool(rt, slots, report, routing=routing, aside=self._aside)
+                workers: WorkerPool | KeyedRun
+                if stream.keyed[k]:  # resource-keyed conflicts: _resources
+                    workers = KeyedRun(rt, slots, report, closed=False)
+                else:
+                    workers = WorkerPool(rt, slots, report, routing=routing, aside=self._aside)
                 stream.workers = workers
                 if stream.closed or k + 1 < len(stream.runs):
                     workers.close()
@@ -269,7 +273,7 @@ class Batch:
                     break
             while not stream.closed:  # steered: the calls still to come are skipped too
                 await stream.opened(len(stream.runs))
-        self.plan = stream.make_plan(self._slots)
+        self.plan = stream.make_plan(self._slots, stream.cut())
         report.emit(BatchPlanned, plan=self.plan)
         return messages
 
@@ -302,7 +306,7 @@ class Batch:
         blocked = True
         driver = choose_driver(rt.pools, run, slots)
         if driver == KEYED:  # resource-keyed conflicts: _resources
-            await run_keyed(rt, slots, report)
+            await KeyedRun(rt, slots, report).run()
         elif driver in (WORKERS, WORKERS_AND_TASKS):
             aside = self._aside if driver == WORKERS_AND_TASKS else None
             workers = WorkerPool(rt, slots, report, aside=aside)
@@ -328,7 +332,7 @@ class Batch:
     def _finish(self, messages: tuple[str, ...]) -> BatchOutcome:
         self._finished = True
         if self._stream is not None and self._cancelled:
-            self.plan = self._stream.make_plan(self._slots)
+            self.plan = self._stream.make_plan(self._slots, self._stream.cut())
         for slot in self._slots:
             if slot.state is not State.DONE:
                 if self._cancelled or slot.started:
@@ -346,22 +350,32 @@ class Stream:
     """The planning half of a streamed batch: its runs as they open, and the live one.
 
     ``plan_call`` plans a call (the executor's planner), ``strategy`` places
-    it in a run and ``make_plan`` turns the calls into the batch's plan once
-    they are all known.
+    it in a run (with ``resource_conflicts``, as ``_resources.keyed_place``
+    does) and ``make_plan`` turns the calls and their runs into the batch's
+    plan once they are all known.
     """
 
     plan_call: Callable[[CallSlot], None]
     strategy: ExecutionStrategy
-    make_plan: Callable[[Sequence[CallSlot]], BatchPlan]
+    make_plan: Callable[
+        [Sequence[CallSlot], Sequence[tuple[RoutingClass, list[int], bool]]], BatchPlan
+    ]
+    resource_conflicts: bool = False
     runs: list[tuple[RoutingClass, list[int]]] = attrs.field(factory=list)
+    keyed: list[bool] = attrs.field(factory=list)  # whether each run is keyed
     slots: list[list[CallSlot]] = attrs.field(factory=list)  # each run's calls
-    workers: WorkerPool | None = None  # the workers running the last run, while it runs
+    # What runs the last run's calls, while it runs.
+    workers: WorkerPool | KeyedRun | None = None
     closed: bool = False
     _changed: trio.Event | None = None
 
     def place(self, slot: CallSlot) -> None:
         """Put a planned call in its run: the live one, or a new one (closing the live one)."""
-        if self.strategy.place(self.runs, slot.index, slot.routing):
+        if self.resource_conflicts:
+            opened = keyed_place(self.strategy, self.runs, self.keyed, slot)
+        elif opened := self.strategy.place(self.runs, slot.index, slot.routing):
+            self.keyed.append(False)
+        if opened:
             self.slots.append([slot])
             if self.workers is not None:
                 self.workers.close()
@@ -370,6 +384,12 @@ class Stream:
             self.slots[-1].append(slot)
             if self.workers is not None:
                 self.workers.offer()
+
+    def cut(self) -> list[tuple[RoutingClass, list[int], bool]]:
+        """The runs so far, as the planner's cut: ``(routing, call indices, keyed)``."""
+        return [
+            (route, indices, k) for (route, indices), k in zip(self.runs, self.keyed, strict=True)
+        ]
 
     def close(self) -> None:
         """No more calls."""

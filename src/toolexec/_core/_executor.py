@@ -317,7 +317,12 @@ class ToolExecutor:
                 outcome = await batch.run()
         """
         slots: list[CallSlot] = []
-        stream = Stream(self._planner.plan_call, self.strategy, self._plan)
+        stream = Stream(
+            self._planner.plan_call,
+            self.strategy,
+            self._plan,
+            resource_conflicts=self.resource_conflicts,
+        )
         return Batch(
             f"{self.agent_path}:b{next(self._ids)}",
             slots,
@@ -327,16 +332,21 @@ class ToolExecutor:
             stream=stream,
         )
 
-    def _plan(self, slots: Sequence[CallSlot]) -> BatchPlan:
-        if len(slots) == 1 and not self.resource_conflicts:  # any strategy: one run, or none
-            only = slots[0]
+    def _plan(
+        self,
+        slots: Sequence[CallSlot],
+        cut: Sequence[tuple[RoutingClass, list[int], bool]] | None = None,
+    ) -> BatchPlan:
+        """The plan of ``slots``: cut here, or as ``cut`` (a streamed batch's, cut as they came)."""
+        if cut is None and len(slots) == 1 and not self.resource_conflicts:
+            only = slots[0]  # any strategy: one run, or none
             call = only.call
             if only.routing is RoutingClass.SHORT_CIRCUIT:
                 return BatchPlan((), (0,), (call.id,))
             return BatchPlan((RunPlan(0, only.routing, (0,), (call.id,), (call.name,)),), ())
-        if self.resource_conflicts:  # resource-keyed conflicts: _resources
+        if cut is None and self.resource_conflicts:  # resource-keyed conflicts: _resources
             cut = keyed_cut(self.strategy, slots)
-        else:
+        elif cut is None:
             cut = [(r, i, False) for r, i in self.strategy.cut([s.routing for s in slots])]
         runs = []
         for n, (routing, indices, keyed) in enumerate(cut):

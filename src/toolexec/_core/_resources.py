@@ -14,7 +14,7 @@ When an executor is built with ``resource_conflicts=True``:
 1. *Plan* (``keyed_cut``): contiguous calls whose tools declare resources
    form one *keyed run* (still cut by the strategy's chunk size); calls of
    tools that declare nothing keep their class runs, so they stay barriers.
-2. *Declare* (``run_keyed``): when the keyed run starts, the declarations
+2. *Declare* (``KeyedRun``): when the keyed run starts, the declarations
    are evaluated in a worker thread (a file tool resolves its paths in its
    workspace there, so the keys are the paths the calls will really use).
    A write of everything (a shell command) may change what paths resolve to,
@@ -26,7 +26,10 @@ When an executor is built with ``resource_conflicts=True``:
    are all narrower than everything is admitted as a concurrent mutator: its
    keys, not the serial pool, keep it apart from what it conflicts with.
 
-Results stay in call order (each call fills its own slot).
+Results stay in call order (each call fills its own slot). A streamed batch
+(``ToolExecutor.open_batch``) cuts its calls into the same runs as they come
+(``keyed_place``), and its keyed run declares and starts each call as it
+arrives: the same order, the same overlap.
 """
 
 from __future__ import annotations
@@ -49,7 +52,7 @@ if TYPE_CHECKING:
     from ._report import Reporter
     from ._types import ToolDefinition
 
-__all__ = ["declares_resources", "keyed_cut", "run_keyed"]
+__all__ = ["KeyedRun", "declares_resources", "keyed_cut", "keyed_place"]
 
 _log = logging.getLogger("toolexec")
 
@@ -71,23 +74,40 @@ def keyed_cut(
     the strategy chunks runs); the other calls keep the class runs. A keyed
     run's routing is the strongest class of its calls.
     """
-    runs: list[tuple[RoutingClass, list[int], bool]] = []
+    runs: list[tuple[RoutingClass, list[int]]] = []
+    keyed: list[bool] = []
     for slot in slots:
-        route = slot.routing
-        if route is RoutingClass.SHORT_CIRCUIT:
-            continue
-        assert slot.entry is not None
-        keyed = declares_resources(slot.entry.definition)
-        if runs:
-            last_route, indices, last_keyed = runs[-1]
-            joins = last_keyed == keyed and (keyed or last_route is route)
-            if joins and strategy._joins(len(indices)):  # noqa: SLF001 (the chunk size)
-                indices.append(slot.index)
-                if _STRENGTH[route] > _STRENGTH[last_route]:
-                    runs[-1] = (route, indices, keyed)
-                continue
-        runs.append((route, [slot.index], keyed))
-    return runs
+        keyed_place(strategy, runs, keyed, slot)
+    return [(route, indices, k) for (route, indices), k in zip(runs, keyed, strict=True)]
+
+
+def keyed_place(
+    strategy: ExecutionStrategy,
+    runs: list[tuple[RoutingClass, list[int]]],
+    keyed: list[bool],
+    slot: CallSlot,
+) -> bool:
+    """Put a planned call into ``runs`` (``keyed`` says which are keyed); whether it opened one.
+
+    ``keyed_cut`` is this over a whole batch; a streamed batch places its
+    calls one by one as they come, so both cut a batch into the same runs.
+    """
+    route = slot.routing
+    if route is RoutingClass.SHORT_CIRCUIT:
+        return False
+    assert slot.entry is not None
+    mine = declares_resources(slot.entry.definition)
+    if runs:
+        last_route, indices = runs[-1]
+        joins = keyed[-1] == mine and (mine or last_route is route)
+        if joins and strategy._joins(len(indices)):  # noqa: SLF001 (the chunk size)
+            indices.append(slot.index)
+            if _STRENGTH[route] > _STRENGTH[last_route]:
+                runs[-1] = (route, indices)
+            return False
+    runs.append((route, [slot.index]))
+    keyed.append(mine)
+    return True
 
 
 _STRENGTH = {
@@ -143,33 +163,66 @@ def _conflict(a: tuple[Resource, ...], b: tuple[Resource, ...]) -> bool:
     return any(x.conflicts_with(y) for x in a for y in b)
 
 
-async def run_keyed(rt: Runtime, slots: Sequence[CallSlot], report: Reporter) -> None:
-    """Run a keyed run: each call after the earlier calls it conflicts with."""
-    n = len(slots)
-    done = [trio.Event() for _ in range(n)]
-    declared: list[tuple[Resource, ...]] = []
-    writers: list[int] = []  # calls that write something: all a read can wait for
-    async with trio.open_nursery() as nursery:
-        start = 0
-        while start < n:
-            segment = await trio.to_thread.run_sync(
-                _declare_segment, slots[start:], abandon_on_cancel=True
-            )
-            for resources in segment:
-                j = len(declared)
-                writes = any(r.write for r in resources)
-                earlier = range(j) if writes else writers
-                waits = [done[i] for i in earlier if _conflict(declared[i], resources)]
-                declared.append(resources)
-                if writes:
-                    writers.append(j)
-                slot = slots[j]
-                if slot.routing is RoutingClass.SERIAL_MUT and all(r.key for r in resources):
-                    slot.routing = RoutingClass.CONCURRENT_MUT  # its keys order it
-                nursery.start_soon(_after, waits, done[j], rt, slot, report)
-            start += len(segment)
-            if start < n:  # the segment ended on a write of everything: let it finish
-                await done[start - 1].wait()
+class KeyedRun:
+    """A keyed run: each call starts after the earlier calls of the run it conflicts with.
+
+    A whole batch's run holds its calls from the start. A streamed batch's
+    run grows: ``offer`` says a call was appended to ``slots``, ``close``
+    that none will be; each call is declared and started as it comes, as the
+    calls of a whole run are, so writes to different files overlap either way.
+    """
+
+    def __init__(
+        self, rt: Runtime, slots: Sequence[CallSlot], report: Reporter, *, closed: bool = True
+    ) -> None:
+        self._rt, self._slots, self._report = rt, slots, report
+        self._closed = closed
+        self._more: trio.Event | None = None
+        self.blocked = True  # other tasks may have run meanwhile (a driver's flag)
+
+    def offer(self) -> None:
+        """A call was added to the run."""
+        if self._more is not None:
+            self._more.set()
+
+    def close(self) -> None:
+        """No more calls."""
+        self._closed = True
+        self.offer()
+
+    async def run(self) -> None:
+        """Run every call of the run to its result."""
+        slots = self._slots
+        done: list[trio.Event] = []
+        declared: list[tuple[Resource, ...]] = []
+        writers: list[int] = []  # calls that write something: all a read can wait for
+        async with trio.open_nursery() as nursery:
+            while True:
+                start = len(declared)
+                if start == len(slots):
+                    if self._closed:
+                        return
+                    self._more = trio.Event()
+                    await self._more.wait()
+                    continue
+                if start and _writes_everything(declared[-1]):
+                    await done[-1].wait()  # it may change what the paths after it resolve to
+                segment = await trio.to_thread.run_sync(
+                    _declare_segment, slots[start:], abandon_on_cancel=True
+                )
+                for resources in segment:
+                    j = len(declared)
+                    writes = any(r.write for r in resources)
+                    earlier = range(j) if writes else writers
+                    waits = [done[i] for i in earlier if _conflict(declared[i], resources)]
+                    declared.append(resources)
+                    done.append(trio.Event())
+                    if writes:
+                        writers.append(j)
+                    slot = slots[j]
+                    if slot.routing is RoutingClass.SERIAL_MUT and all(r.key for r in resources):
+                        slot.routing = RoutingClass.CONCURRENT_MUT  # its keys order it
+                    nursery.start_soon(_after, waits, done[j], self._rt, slot, self._report)
 
 
 async def _after(
