@@ -339,7 +339,7 @@ def test_content_blocks_render_per_provider() -> None:
         (TextContent("see"), JsonContent({"w": 2}), ImageContent(png, "image/png")),
     )
     chat = formats.render_results([result], "openai-chat")[0]
-    assert chat["content"] == 'see\n{"w": 2}\n[image image/png, 9 bytes, not shown]'
+    assert chat["content"] == 'see\n{"w": 2}\n[image image/png, 8 bytes, not shown]'
     block = formats.render_results([result], "anthropic")[0]["content"][0]
     assert block["content"] == [
         {"type": "text", "text": "see"},
@@ -373,7 +373,7 @@ def test_an_error_with_an_image_opens_with_an_error_part_in_responses() -> None:
     ]
     assert_valid_param(FunctionCallOutput, item)
     (chat,) = formats.render_results([failed], "openai-chat")
-    assert chat["content"] == "Error: [image image/webp, 9 bytes, not shown]"
+    assert chat["content"] == "Error: [image image/webp, 8 bytes, not shown]"  # the PNG magic
     assert_valid_param(ChatCompletionToolMessageParam, chat)
 
 
@@ -459,6 +459,15 @@ def test_formats_doc_examples_run() -> None:
         ((JsonContent({"n": "é"}),), '{"n": "é"}'),
         ((TextContent("a"), JsonContent([1, 2])), "a\n[1, 2]"),
         ((ImageContent("AAAA", "image/bmp"),), "[image image/bmp, 3 bytes, not shown]"),
+        # The exact decoded size: padding and line breaks are not data (a BMP is a
+        # note in every format).
+        (
+            (ImageContent("eHh4eHh4eHh4eA==", "image/bmp"),),
+            "[image image/bmp, 10 bytes, not shown]",
+        ),
+        ((ImageContent("eHg=", "image/bmp"),), "[image image/bmp, 2 bytes, not shown]"),
+        ((ImageContent("eHg", "image/bmp"),), "[image image/bmp, 2 bytes, not shown]"),
+        ((ImageContent("eHh4\neHh4\n", "image/bmp"),), "[image image/bmp, 6 bytes, not shown]"),
         ((), ""),
     ],
 )

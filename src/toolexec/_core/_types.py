@@ -165,7 +165,13 @@ def block_text(block: ContentBlock) -> str:
         return block.text
     if isinstance(block, JsonContent):
         return json.dumps(block.value, ensure_ascii=False)
-    return f"[image {block.mime_type}, {len(block.data) * 3 // 4} bytes, not shown]"
+    return f"[image {block.mime_type}, {decoded_size(block.data)} bytes, not shown]"
+
+
+def decoded_size(data: str) -> int:
+    """How many bytes the base64 text ``data`` decodes to (padding and line breaks are not data)."""
+    digits = "".join(data.split()).rstrip("=")
+    return len(digits) * 3 // 4
 
 
 class PathResolver(Protocol):
