@@ -22,8 +22,10 @@ from mcp_servers.fixtures import (
     filesystem_server,
     http_server_url,
     process_gone,
+    raw_server_entry,
     sdk_server_entry,
 )
+from mcp_servers.raw_server import SCHEMAS
 from toolexec import (
     Allow,
     ErrorClass,
@@ -249,48 +251,69 @@ def obj(**properties: Any) -> dict[str, Any]:
 NULLABLE = {"anyOf": [{"type": "string", "maxLength": 3}, {"type": "null"}], "default": None}
 COLOR = {"anyOf": [{"enum": ["r", "g"], "type": "string"}, {"type": "null"}]}
 P = obj(x={"type": "integer"})
-REF_TO_P = {"$ref": "#/$defs/P", "title": "P"}
 RECURSIVE = {"$ref": "#/$defs/N", "$defs": {"N": obj(n={"$ref": "#/$defs/N"})}}
 INT_OR_NUMBER = {"oneOf": [{"type": "integer"}, {"type": "number"}]}
-SAME_TYPE = {"anyOf": [{"type": "string"}, {"type": "string"}]}
-ENUM_OR_STRING = {"anyOf": [{"enum": [1], "type": "integer"}, {"type": "string"}]}
+SAME_TYPE = {"oneOf": [{"type": "string"}, {"type": "string", "description": "again"}]}
+CAT = {**obj(kind={"const": "cat"}, meow={"type": "boolean"}), "required": ["kind"]}
+DOG = {**obj(kind={"enum": ["dog", "wolf"]}, bark={"type": "integer"}), "required": ["kind"]}
 
 
 @pytest.mark.parametrize(
     ("schema", "expected"),
     [
-        (obj(a=NULLABLE), obj(a={"type": ["string", "null"], "maxLength": 3, "default": None})),
+        # anyOf, $defs and local $refs (recursive ones too) are kept as given
+        (obj(a=NULLABLE, c=COLOR), obj(a=NULLABLE, c=COLOR)),
+        ({**obj(p={"$ref": "#/$defs/P", "title": "P"}), "$defs": {"P": P}}, None),
+        ({"type": "object", **RECURSIVE}, None),
+        # oneOf over alternatives no value matches twice is anyOf
         (
-            {**obj(p={"$ref": "#/$defs/P", "title": "P"}), "$defs": {"P": P}},
-            obj(p={**P, "title": "P"}),
+            obj(a={"oneOf": [{"type": "string"}, {"type": "null"}], "description": "d"}),
+            obj(a={"anyOf": [{"type": "string"}, {"type": "null"}], "description": "d"}),
         ),
-        (obj(c=COLOR), obj(c={"enum": ["r", "g", None], "type": ["string", "null"]})),
+        (
+            {**obj(pet={"oneOf": [{"$ref": "#/$defs/Cat"}, DOG]}), "$defs": {"Cat": CAT}},
+            {**obj(pet={"anyOf": [{"$ref": "#/$defs/Cat"}, DOG]}), "$defs": {"Cat": CAT}},
+        ),
+        # allOf whose parts agree is merged; annotations may differ
+        (
+            obj(a={"allOf": [{"$ref": "#/$defs/P"}, {"required": ["x"], "title": "Q"}]})
+            | {"$defs": {"P": {**P, "title": "P"}}},
+            obj(a={**P, "title": "P", "required": ["x"]}) | {"$defs": {"P": {**P, "title": "P"}}},
+        ),
+        # a top-level $ref is what it points to
+        (
+            {"$ref": "#/definitions/Args", "definitions": {"Args": P}},
+            {**P, "definitions": {"Args": P}},
+        ),
     ],
 )
-def test_schemas_are_rewritten_into_the_portable_subset(
-    schema: dict[str, Any], expected: dict[str, Any]
+def test_schemas_are_kept_or_rewritten_exactly(
+    schema: dict[str, Any], expected: dict[str, Any] | None
 ) -> None:
     from toolexec.mcp._schemas import portable_schema
 
-    assert portable_schema(schema) == expected
+    rewritten = portable_schema(schema)
+    if expected is None:
+        assert rewritten is schema  # nothing to rewrite: not even copied
+    else:
+        assert rewritten == expected
 
 
 @pytest.mark.parametrize(
     ("schema", "reason"),
     [
-        ({"type": "object", **RECURSIVE}, "recursive"),
-        (obj(a={"$ref": "https://example.test/s.json"}), "not a local definition"),
-        (obj(a=INT_OR_NUMBER), "overlapping"),
-        (obj(a=SAME_TYPE), "overlapping"),
-        (obj(a=ENUM_OR_STRING), "overlapping"),
+        (obj(a=INT_OR_NUMBER), "uses 'oneOf', which OpenAI refuses in function parameters, over"),
+        (obj(a=SAME_TYPE), "alternatives a value may match together"),
+        (
+            obj(a={"allOf": [{"type": "string"}, {"type": "integer"}]}),
+            "parts cannot be merged exactly: allOf parts conflict on 'type'",
+        ),
     ],
 )
-def test_schemas_without_a_portable_equivalent_are_refused(
-    schema: dict[str, Any], reason: str
-) -> None:
+def test_schemas_without_an_exact_rewrite_are_refused(schema: dict[str, Any], reason: str) -> None:
     from toolexec.mcp._schemas import UnportableSchema, portable_schema
 
-    with pytest.raises(UnportableSchema, match=reason):
+    with pytest.raises(UnportableSchema, match=re.escape(reason)):
         portable_schema(schema)
 
 
@@ -312,19 +335,87 @@ async def test_tools_are_registered_namespaced_with_side_effects() -> None:
             assert registry.definition("mcp__t__write_note").side_effects is SideEffects.EXECUTE
             assert registry.definition("mcp__t__fail").side_effects is SideEffects.EXECUTE
             assert registry.definition("mcp__t__echo").description == "Return the text unchanged."
-            # `name: str | None` arrives as anyOf; it is rewritten to a type list
+            # `name: str | None` arrives as anyOf, and is kept as the server gave it
             greet = registry.definition("mcp__t__greet").input_schema
-            assert greet["properties"]["name"]["type"] == ["string", "null"]
-            assert "anyOf" not in json.dumps(greet)
-            # a recursive schema has no portable equivalent: refused, with the reason
-            assert "mcp__t__count_nodes" not in registry
-            assert "recursive" in server.skipped["count_nodes"]
+            assert greet["properties"]["name"]["anyOf"] == [{"type": "string"}, {"type": "null"}]
+            # a recursive schema is kept with its $defs and $refs
+            nodes = registry.definition("mcp__t__count_nodes").input_schema
+            assert "$ref" in json.dumps(nodes["properties"])
+            assert "$defs" in nodes
+            assert server.skipped == {}
             raise KeyError("mine")
 
     # the caller's own exception comes out as itself, not in an exception group
     with pytest.raises(KeyError, match="mine"):
         await inspect_then_raise()
     assert len(registry) == 0  # unregistered on exit
+
+
+async def test_a_raw_servers_schemas_register_as_given_and_validate() -> None:
+    from toolexec.mcp import open_mcp_server
+
+    registry = ToolRegistry()
+    async with open_mcp_server(registry, "raw", raw_server_entry()) as server:
+        assert server.skipped == {}
+        assert set(server.tools) == {f"mcp__raw__{name}" for name in SCHEMAS}
+        for name in ("toggle", "repeat", "area"):  # anyOf as the server gave it
+            assert registry.definition(f"mcp__raw__{name}").input_schema == SCHEMAS[name]
+        # oneOf of objects told apart by a const is exactly anyOf
+        tagged = registry.definition("mcp__raw__tagged").input_schema["properties"]["shape"]
+        assert tagged == {"anyOf": SCHEMAS["tagged"]["properties"]["shape"]["oneOf"]}
+        circle = {"kind": "circle", "radius": 1.5}
+        square = {"kind": "square", "side": 2}
+        good = [
+            ("toggle", {"mode": True}),
+            ("toggle", {"mode": "eco"}),
+            ("toggle", {}),
+            ("repeat", {"value": "again"}),
+            ("repeat", {"value": 3}),
+            ("area", {"shape": circle}),
+            ("area", {"shape": square}),
+            ("tagged", {"shape": square}),
+        ]
+        bad = [
+            ("toggle", {"mode": 3}),
+            ("repeat", {"value": 1.5}),
+            ("area", {"shape": {"kind": "circle", "side": 1}}),
+            ("area", {"shape": {"kind": "square", "side": -1}}),
+            ("tagged", {"shape": {"kind": "triangle"}}),
+            ("tagged", {"shape": circle, "extra": 1}),
+        ]
+        calls = [(f"mcp__raw__{name}", args) for name, args in good + bad]
+        results = await run(ToolExecutor(registry), *calls)
+    for (_, args), result in zip(good, results[: len(good)], strict=True):
+        assert not result.is_error, result.text
+        assert json.loads(result.text) == args
+    for (name, args), result in zip(bad, results[len(good) :], strict=True):
+        assert result.error_class is ErrorClass.INVALID_ARGUMENTS, (name, args, result.text)
+
+
+async def test_failures_inside_a_server_are_worded_plainly(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from toolexec.mcp import open_mcp_server
+
+    registry = ToolRegistry()
+    async with open_mcp_server(registry, "raw", raw_server_entry()) as server:
+        executor = ToolExecutor(registry)
+        broken, chatty = await run(executor, ("mcp__raw__broken", {}), ("mcp__raw__chatty", {}))
+        [died] = await run(executor, ("mcp__raw__die", {}))
+        [after] = await run(executor, ("mcp__raw__toggle", {}))
+        assert not server.connected
+    assert broken.error_class is ErrorClass.EXECUTION_ERROR
+    assert broken.text == "MCP tool 'broken' failed inside server 'raw': the disk is full"
+    assert (chatty.is_error, chatty.text) == (False, "{}")
+    stray = [r.getMessage() for r in caplog.records if "JSON-RPC message" in r.getMessage()]
+    assert stray == [
+        "MCP server 'raw': the server wrote a line that is not a JSON-RPC message to its "
+        "stdout, which was ignored: 'hello from a stray print'"
+    ]
+    assert died.error_class is ErrorClass.EXECUTION_ERROR
+    assert "closed the connection during the call to 'die'" in died.text
+    assert "the server process was killed by SIGKILL" in died.text
+    assert "is not connected (the server process was killed by SIGKILL" in after.text
 
 
 async def test_a_name_collision_is_refused_and_nothing_is_shadowed() -> None:

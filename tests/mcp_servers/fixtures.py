@@ -1,7 +1,8 @@
 """Fixtures that start the MCP servers the tests talk to.
 
 * ``sdk_server_entry()``: the ``mcpServers`` entry of the SDK test server
-  over stdio.
+  over stdio; ``raw_server_entry()``: the same for the hand-written one
+  (``raw_server.py``), which sends schemas and failures the SDK would not.
 * ``http_server_url``: the same server over streamable HTTP on 127.0.0.1,
   on a port the OS picked; killed with its process group afterwards.
 * ``filesystem_server``: the path of the reference filesystem server from
@@ -29,12 +30,18 @@ if TYPE_CHECKING:
     from collections.abc import AsyncIterator
 
 SDK_SERVER = Path(__file__).with_name("sdk_server.py")
+RAW_SERVER = Path(__file__).with_name("raw_server.py")
 FILESYSTEM_PACKAGE = "@modelcontextprotocol/server-filesystem@2026.8.31"
 
 
 def sdk_server_entry() -> dict[str, Any]:
     """The ``mcpServers`` entry that starts the SDK test server over stdio."""
     return {"command": sys.executable, "args": [str(SDK_SERVER)]}
+
+
+def raw_server_entry() -> dict[str, Any]:
+    """The ``mcpServers`` entry that starts the hand-written test server over stdio."""
+    return {"command": sys.executable, "args": [str(RAW_SERVER)]}
 
 
 def process_gone(pid: int) -> bool:

@@ -98,7 +98,7 @@ class Node(BaseModel):
 
 @server.tool(annotations=READ_ONLY)
 def count_nodes(root: Node) -> int:
-    """Count the nodes of a tree (a recursive schema: outside the portable subset)."""
+    """Count the nodes of a tree (a recursive schema, with $defs and $ref)."""
     return 1 + sum(count_nodes(child) for child in root.children)
 
 

@@ -1,10 +1,16 @@
-"""MCP input schemas rewritten into the registry's portable subset, where one exists.
+"""MCP input schemas, kept as the server gave them wherever providers accept them.
 
-Servers (pydantic ones above all) send local ``$ref`` and ``anyOf`` over
-``null``; the registry accepts neither. ``portable_schema`` inlines local
-definitions and merges alternatives that each allow one distinct type into
-a type list, which is exact (see ``_merge_types``); anything else raises
-``UnportableSchema`` and the tool is skipped.
+The registry's portable subset (``toolexec._gate._schema``) takes ``anyOf``,
+``$defs`` and local ``$ref``s as they are, so a server's schema is passed
+on unchanged (descriptions on each branch, a repeated branch, a union of
+objects, a recursive definition included). Only what OpenAI refuses is
+rewritten, and only where the rewrite is exact (``toolexec._gate._rewrites``):
+``oneOf`` over alternatives no value can match twice becomes ``anyOf``,
+``allOf`` whose parts agree is merged, and a top-level ``$ref`` is
+replaced by what it points to. ``portable_schema`` raises
+``UnportableSchema`` when such a keyword has no exact rewrite; whatever else
+is outside the subset is left for the registry's check, which names it.
+Nothing is copied that is not rewritten.
 """
 
 from __future__ import annotations
@@ -12,94 +18,81 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from .._gate._pointer import resolve
+from .._gate._rewrites import Conflict, merge_all_of, one_of_is_exclusive
+from .._gate._schema import SUBSCHEMA_MAPS, SUBSCHEMA_VALUES
+
 __all__ = ["UnportableSchema", "portable_schema"]
+
+_LISTS = ("anyOf", "oneOf", "allOf", "prefixItems")
 
 
 class UnportableSchema(Exception):
-    """A schema with no equivalent in the portable subset; the message says why."""
+    """A schema with a keyword a provider refuses and no exact rewrite; the message says why."""
 
 
-def portable_schema(schema: Mapping[str, Any]) -> dict[str, Any]:
-    """Rewrite a schema into the portable subset, or raise ``UnportableSchema``."""
-    defs = {**schema.get("definitions", {}), **schema.get("$defs", {})}
-    out: dict[str, Any] = _rewrite(schema, defs, ())
-    out.pop("$defs", None)
-    out.pop("definitions", None)
-    return out
+def portable_schema(schema: Mapping[str, Any]) -> Mapping[str, Any]:
+    """``schema`` with the exact rewrites it needs (itself if none); else ``UnportableSchema``."""
+
+    def look(ref: str) -> Any:
+        return resolve(schema, ref)
+
+    out = _rewrite(schema, look, "#")
+    if isinstance(out, Mapping) and isinstance(out.get("$ref"), str) and "type" not in out:
+        out = _top_level_ref(out, look)
+    return out  # type: ignore[no-any-return]
 
 
-def _rewrite(node: Any, defs: Mapping[str, Any], seen: tuple[str, ...]) -> Any:
-    if isinstance(node, list):
-        return [_rewrite(item, defs, seen) for item in node]
+def _rewrite(node: Any, look: Any, where: str) -> Any:
     if not isinstance(node, Mapping):
         return node
-    if "$ref" in node:
-        return _inline_ref(node, defs, seen)
-    out = {k: _rewrite(v, defs, seen) for k, v in node.items() if k not in ("$defs", "definitions")}
-    for key in ("anyOf", "oneOf"):
-        if key in out:
-            _merge_alternatives(out, key)
+    changed = _rewritten_subschemas(node, look, where)
+    out: Mapping[str, Any] = {**node, **changed} if changed else node
+    if isinstance(out.get("allOf"), list):
+        try:
+            out = merge_all_of(out, look)
+        except Conflict as exc:
+            raise UnportableSchema(
+                f"schema at {where} uses 'allOf', which OpenAI refuses in function parameters, "
+                f"and its parts cannot be merged exactly: {exc}"
+            ) from None
+    if isinstance(out.get("oneOf"), list) and "anyOf" not in out:
+        if not one_of_is_exclusive(out["oneOf"], look):
+            raise UnportableSchema(
+                f"schema at {where} uses 'oneOf', which OpenAI refuses in function parameters, "
+                "over alternatives a value may match together (anyOf would accept it)"
+            )
+        out = {("anyOf" if k == "oneOf" else k): v for k, v in out.items()}
     return out
 
 
-def _inline_ref(node: Mapping[str, Any], defs: Mapping[str, Any], seen: tuple[str, ...]) -> Any:
-    """The local definition ``node`` refers to, with ``node``'s other keywords over it."""
-    ref = node["$ref"]
-    prefix = next((p for p in ("#/$defs/", "#/definitions/") if ref.startswith(p)), None)
-    if prefix is None or ref[len(prefix) :] not in defs:
-        raise UnportableSchema(f"$ref {ref!r} is not a local definition")
-    if ref in seen:
-        raise UnportableSchema(f"$ref {ref!r} is recursive")
-    target = _rewrite(defs[ref[len(prefix) :]], defs, (*seen, ref))
-    return {**target, **_rewrite({k: v for k, v in node.items() if k != "$ref"}, defs, seen)}
+def _rewritten_subschemas(node: Mapping[str, Any], look: Any, where: str) -> dict[str, Any]:
+    """The keywords of ``node`` whose sub-schemas were rewritten, with their new values."""
+    changed: dict[str, Any] = {}
+    for key in SUBSCHEMA_MAPS:
+        subs = node.get(key)
+        if isinstance(subs, Mapping):
+            new = {name: _rewrite(sub, look, f"{where}/{key}/{name}") for name, sub in subs.items()}
+            if any(new[name] is not sub for name, sub in subs.items()):
+                changed[key] = new
+    for key in (*SUBSCHEMA_VALUES, *_LISTS):
+        sub = node.get(key)
+        if isinstance(sub, list):
+            items = [_rewrite(s, look, f"{where}/{key}/{i}") for i, s in enumerate(sub)]
+            if any(a is not b for a, b in zip(items, sub, strict=True)):
+                changed[key] = items
+        elif (
+            isinstance(sub, Mapping)
+            and (new_sub := _rewrite(sub, look, f"{where}/{key}")) is not sub
+        ):
+            changed[key] = new_sub
+    return changed
 
 
-def _merge_alternatives(out: dict[str, Any], key: str) -> None:
-    """Replace ``out[key]`` (``anyOf``/``oneOf``) by the one schema it amounts to."""
-    merged = _merge_types(out.pop(key), exclusive=key == "oneOf")
-    if merged is None:
-        raise UnportableSchema(f"{key} over overlapping alternatives")
-    for name, value in merged.items():
-        if name in out and out[name] != value:
-            raise UnportableSchema(f"{key} conflicts with a sibling {name!r}")
-        out[name] = value
-
-
-# Keywords that only describe; merging them loses nothing.
-_ANNOTATIONS = frozenset(
-    ("title", "description", "default", "examples", "deprecated", "$comment", "readOnly")
-)
-
-
-def _merge_types(branches: list[Any], *, exclusive: bool) -> dict[str, Any] | None:
-    """Merge alternatives that each allow one distinct type into one schema.
-
-    Exact because every other keyword of a branch either only describes or
-    only constrains values of that branch's type (``minLength`` says nothing
-    about integers). ``enum``/``const`` constrain every type, so they are
-    merged only beside a bare ``null`` alternative (``None`` joins the enum).
-    """
-    merged: dict[str, Any] = {}
-    types: list[str] = []
-    enums: list[Any] = []
-    for branch in branches:
-        kind = branch.get("type") if isinstance(branch, Mapping) else None
-        if not isinstance(kind, str) or kind in types:
-            return None
-        types.append(kind)
-        for name, value in branch.items():
-            if name in ("enum", "const"):
-                enums.extend(value if name == "enum" else [value])
-            elif name != "type" and not (name in _ANNOTATIONS and name in merged):
-                if name in merged and merged[name] != value:
-                    return None
-                merged[name] = value
-    if exclusive and {"integer", "number"} <= set(types):
-        return None
-    if enums:
-        plain = [b for b in branches if "enum" not in b and "const" not in b]
-        if plain and plain != [{"type": "null"}]:
-            return None
-        merged["enum"] = enums + [None] * len(plain)
-    merged["type"] = types if len(types) > 1 else types[0]
-    return merged
+def _top_level_ref(schema: Mapping[str, Any], look: Any) -> Mapping[str, Any]:
+    """A schema that is only a ``$ref`` (and ``$defs``) at the top: what it points to."""
+    rest = {k: v for k, v in schema.items() if k != "$ref"}
+    try:
+        return merge_all_of({**rest, "allOf": [{"$ref": schema["$ref"]}]}, look)
+    except Conflict:
+        return schema

@@ -28,10 +28,10 @@ from mcp.shared.exceptions import MCPError
 
 from .._core._errors import RegistrationError, ToolError, ToolexecError
 from .._core._types import ToolDefinition
-from .._gate._schema import compile_schema
+from .._gate._schema import CompiledSchema, compile_schema, one_line
 from ._convert import convert_result, progress_text, side_effects
 from ._schemas import UnportableSchema, portable_schema
-from ._stdio import StdioProcess
+from ._stdio import StdioProcess, StrayLine
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -176,9 +176,9 @@ class MCPServer:
         for tool in listed:
             try:
                 definition = self._definition(tool)
-                compile_schema(definition.input_schema, tool=definition.name)
+                compiled = compile_schema(definition.input_schema, tool=definition.name)
             except UnportableSchema as exc:
-                self._skip(tool.name, f"its input schema is outside the portable subset: {exc}")
+                self._skip(tool.name, f"its input schema cannot be sent as it is: {exc}")
                 continue
             except RegistrationError as exc:
                 self._skip(tool.name, str(exc))
@@ -187,7 +187,7 @@ class MCPServer:
                 other = wanted[definition.name].remote_name
                 self._skip(tool.name, f"its name becomes {definition.name!r}, as {other!r} does")
                 continue
-            wanted[definition.name] = MCPTool(definition, self, tool.name)
+            wanted[definition.name] = MCPTool(definition, self, tool.name, compiled)
         return wanted
 
     def _register(self, name: str, wrapped: MCPTool, *, strict: bool) -> None:
@@ -255,6 +255,7 @@ class MCPServer:
         return f"could not connect to MCP server {config.name!r} ({config.describe()}): {detail}"
 
     def _skip(self, tool: str, reason: str) -> None:
+        reason = one_line(reason)
         self.skipped[tool] = reason
         _log.warning("MCP server %r: tool %r not registered: %s", self.name, tool, reason)
 
@@ -304,13 +305,21 @@ class MCPServer:
             text = f"MCP server '{self.name}' closed the connection during the call to '{remote}'"
             summary = await self._stdio.exit_summary() if self._stdio is not None else ""
             return f"{text}: {summary}" if summary else f"{text}."
+        if exc.code == mcp_types.INTERNAL_ERROR:  # the tool itself failed inside the server
+            return f"MCP tool '{remote}' failed inside server '{self.name}': {exc.message}"
         return f"MCP server '{self.name}' rejected the call to '{remote}': {exc.message}"
 
     async def _on_message(self, message: Any) -> None:
         if isinstance(message, mcp_types.ToolListChangedNotification):
             self._changed.set()
+        elif isinstance(message, StrayLine):
+            _log.warning("MCP server %r: %s", self.name, message)
         elif isinstance(message, Exception):
-            _log.warning("MCP server %r: transport error: %s", self.name, message)
+            _log.warning(
+                "MCP server %r: the connection reported an error: %s",
+                self.name,
+                one_line(f"{type(message).__name__}: {message}", 300),
+            )
 
     async def _watch_changes(self) -> None:
         while True:
@@ -389,6 +398,9 @@ class MCPTool:
     definition: ToolDefinition
     server: MCPServer
     remote_name: str
+    #: The input schema as checked and compiled when the tool was listed;
+    #: the registry reuses it instead of compiling it again.
+    compiled_schema: CompiledSchema | None = attrs.field(default=None, repr=False, eq=False)
 
     async def execute(self, arguments: Mapping[str, Any], ctx: ToolContext) -> ToolOutput:
         """Call the tool on its server; see the module docstring for the error mapping."""

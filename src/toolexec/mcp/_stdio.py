@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import signal
 import subprocess
 from typing import TYPE_CHECKING, Any
 
@@ -24,6 +25,7 @@ import trio
 from mcp.client.stdio import get_default_environment
 from mcp.shared.message import SessionMessage
 
+from .._core._messages import clip
 from .._proc._process import LineTail, open_group_process, reap, terminate_group
 
 if TYPE_CHECKING:
@@ -31,7 +33,7 @@ if TYPE_CHECKING:
 
     from ._config import MCPServerConfig
 
-__all__ = ["StdioProcess"]
+__all__ = ["StdioProcess", "StrayLine", "exit_text"]
 
 _log = logging.getLogger("toolexec.mcp")
 
@@ -39,11 +41,23 @@ _STDERR_LINES = 20
 _EXIT_GRACE = 2.0
 
 
+class StrayLine(ValueError):
+    """A line on a stdio server's stdout that is not a JSON-RPC message (it is ignored).
+
+    Its text is one sentence quoting the start of the line, not the parser's
+    account of why it is not one.
+    """
+
+
 def _parse_line(line: bytes) -> SessionMessage | Exception:
     try:
         message = mcp_types.jsonrpc_message_adapter.validate_json(line, by_name=False)
-    except ValueError as exc:
-        return exc
+    except ValueError:
+        text = line.decode("utf-8", errors="replace")
+        return StrayLine(
+            f"the server wrote a line that is not a JSON-RPC message to its stdout, "
+            f"which was ignored: {clip(text, 200)!r}"
+        )
     return SessionMessage(message)
 
 
@@ -169,7 +183,18 @@ class StdioProcess:
             await process.wait()
         parts = []
         if process.returncode is not None:
-            parts.append(f"the server process exited with code {process.returncode}")
+            parts.append(exit_text(process.returncode))
         if self.stderr.lines:
             parts.append("its last stderr lines:\n" + "\n".join(self.stderr.lines))
         return "; ".join(parts)
+
+
+def exit_text(returncode: int) -> str:
+    """How a server process ended: its exit code, or the signal that killed it, by name."""
+    if returncode >= 0:
+        return f"the server process exited with code {returncode}"
+    try:
+        name = signal.Signals(-returncode).name
+    except ValueError:
+        name = f"signal {-returncode}"
+    return f"the server process was killed by {name}"
