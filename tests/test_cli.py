@@ -196,7 +196,11 @@ def test_malformed_response_names_the_field(tmp_path: Path, workspace: Path) -> 
     done = toolexec("exec", unknown, "--workspace", workspace)
     assert done.returncode == 2
     assert "cannot tell the provider format" in done.stderr
-    assert "--format" in done.stderr
+    # One piece of advice, once: name the format with --format (or fix the file).
+    assert done.stderr.count("--format") == 1, done.stderr
+    assert "format explicitly" not in done.stderr
+    assert "detection was wrong" not in done.stderr
+    assert done.stderr.rstrip().endswith("fix the file, or name its format with --format")
 
 
 def test_missing_workspace_and_missing_file(tmp_path: Path) -> None:

@@ -96,12 +96,24 @@ def _load_response(path: str, fmt: str | None) -> tuple[str, tuple[ToolCall, ...
             f"{path} is not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg}); "
             "pass the provider's response body saved as JSON"
         ) from None
+    name = fmt or _detected(path, data)
     try:
-        name = fmt or formats.detect_format(data)
         return name, formats.parse_calls(data, name)
     except formats.FormatError as exc:
         hint = "" if fmt else " (or pass --format if the detection was wrong)"
         raise UsageError(f"{path}: {exc}; fix the file{hint}") from None
+
+
+def _detected(path: str, data: object) -> str:
+    """The provider format of a response file, or a ``UsageError`` advising ``--format``."""
+    try:
+        return formats.detect_format(data)
+    except formats.FormatError as exc:
+        # The library advises naming the format; here that is --format: say it once.
+        words = str(exc).removesuffix("; name the format explicitly")
+        raise UsageError(
+            f"{path}: {words}; fix the file, or name its format with --format"
+        ) from None
 
 
 def load_policy(path: str | None) -> tuple[RulePolicy | None, ApprovalConfig]:
