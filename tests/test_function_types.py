@@ -501,3 +501,17 @@ def test_list_and_dict_defaults_show_and_containers_convert_with_paths() -> None
     result = run_call(f, {"shapes": {"k": {"points": [{"x": 1}]}}, "anything": [1]})
     assert result.error_class is None, result.text
     assert received == [{"k": Shape([Point(1)])}]
+
+
+def test_a_parameter_without_an_annotation_takes_any_value_with_a_warning() -> None:
+    with pytest.warns(UserWarning, match=r"parameter 'raw' has no annotation") as caught:
+
+        @function_tool(side_effects=SideEffects.READ)
+        def loose(raw, typed: Any = None) -> str:  # type: ignore[no-untyped-def]
+            """Take anything."""
+            return repr(raw)
+
+    assert len(caught) == 1  # ``Any`` says it on purpose: no warning
+    assert caught[0].filename == __file__  # the line that made the tool
+    assert loose.definition.input_schema["properties"]["raw"] == {}
+    assert run_call(loose, {"raw": [1, {"a": None}]}).text == "[1, {'a': None}]"

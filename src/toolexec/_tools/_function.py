@@ -19,6 +19,7 @@ from __future__ import annotations
 import inspect
 import re
 import typing
+import warnings
 from typing import Any, overload
 
 import attrs
@@ -237,6 +238,8 @@ def _parameters(
                 f"{where}: parameter {param.name!r} must be a named parameter "
                 "(no *args, **kwargs or positional-only parameters)"
             )
+        if hint is inspect.Parameter.empty:
+            _warn_unannotated(where, param.name)
         found = typed(hint, f"{where}, parameter {param.name!r}")
         schema = dict(found.schema)
         if param.name in arg_docs and "description" not in schema:
@@ -251,6 +254,30 @@ def _parameters(
     if required:
         input_schema["required"] = required
     return input_schema, tuple(converters), ctx_param
+
+
+def _warn_unannotated(where: str, name: str) -> None:
+    """Say, where the tool is made, that a parameter takes any value for want of a type."""
+    warnings.warn(
+        f"{where}, parameter {name!r} has no annotation: the model sees the schema {{}} "
+        "(any JSON value) and the body gets the JSON value as it is; annotate it "
+        "(Any keeps this, without this warning)",
+        UserWarning,
+        stacklevel=_caller_level(),
+    )
+
+
+def _caller_level() -> int:
+    """The ``stacklevel`` that points a warning at the first caller outside toolexec."""
+    level, frame = 0, inspect.currentframe()
+    while frame is not None and _ours(frame.f_globals.get("__name__", "")):
+        frame = frame.f_back
+        level += 1
+    return level
+
+
+def _ours(module: str) -> bool:
+    return module == "toolexec" or module.startswith("toolexec.")
 
 
 @overload
@@ -285,7 +312,10 @@ def function_tool(
     ``dict[str, X]`` and ``X | None``, with ``Annotated`` descriptions and
     constraints and JSON-representable defaults; the body receives typed
     values (an enum member, a dataclass or model instance). A parameter
-    annotated ``ToolContext`` receives the call's context instead.
+    annotated ``ToolContext`` receives the call's context instead. A
+    parameter with no annotation takes any JSON value (the schema ``{}``),
+    with a ``UserWarning`` where the tool is made; annotate it ``Any`` to
+    mean that.
 
     Example::
 
