@@ -503,6 +503,74 @@ def test_list_and_dict_defaults_show_and_containers_convert_with_paths() -> None
     assert received == [{"k": Shape([Point(1)])}]
 
 
+class Level(enum.Enum):
+    LOW = 1
+    HIGH = 2
+
+
+@dataclasses.dataclass
+class Box:
+    side: int
+
+
+class Inputs(TypedDict):
+    count: int
+
+
+def test_an_integral_float_reaches_an_int_parameter_as_an_int() -> None:
+    got: list[Any] = []
+
+    @function_tool(side_effects=SideEffects.READ)
+    def count(
+        n: int,
+        pick: Literal[1, 2],
+        maybe: int | None,
+        either: int | str,
+        ns: list[int],
+        by_name: dict[str, int],
+        box: Box,
+        inputs: Inputs,
+        level: Level,
+        bounded: Annotated[int, at.Ge(0)],
+        real: float,
+        number: int | float,
+        mixed: Literal[1, "one"],
+    ) -> str:
+        """Count."""
+        got[:] = [n, pick, maybe, either, ns, by_name, box, inputs, level, bounded, real, number]
+        got.append(mixed)
+        return "ok"
+
+    arguments = {
+        "n": 2.0,
+        "pick": 2.0,
+        "maybe": 3.0,
+        "either": 4.0,
+        "ns": [1.0, 2],
+        "by_name": {"a": 5.0},
+        "box": {"side": 6.0},
+        "inputs": {"count": 7.0},
+        "level": 2.0,
+        "bounded": 8.0,
+        "real": 9.0,
+        "number": 10.0,
+        "mixed": 1.0,
+    }
+    result = run_call(count, arguments)
+    assert result.error_class is None, result.text
+    expected = [2, 2, 3, 4, [1, 2], {"a": 5}, Box(6), {"count": 7}, Level.HIGH, 8, 9.0, 10.0, 1]
+    assert got == expected
+    kinds = [type(value) for value in got]
+    assert kinds == [int, int, int, int, list, dict, Box, dict, Level, int, float, float, int]
+    assert [type(v) for v in got[4]] == [int, int]
+    assert [type(got[5]["a"]), type(got[6].side), type(got[7]["count"])] == [int, int, int]
+    # A float with a fraction is still refused.
+    refused = run_call(count, {**arguments, "n": 2.5, "pick": 1.5})
+    assert refused.error_class is ErrorClass.INVALID_ARGUMENTS
+    assert "$.n: expected an integer, got the number 2.5" in refused.text
+    assert "$.pick: 1.5 is not one of the allowed values: 1, 2" in refused.text
+
+
 def test_a_parameter_without_an_annotation_takes_any_value_with_a_warning() -> None:
     with pytest.warns(UserWarning, match=r"parameter 'raw' has no annotation") as caught:
 
@@ -515,3 +583,20 @@ def test_a_parameter_without_an_annotation_takes_any_value_with_a_warning() -> N
     assert caught[0].filename == __file__  # the line that made the tool
     assert loose.definition.input_schema["properties"]["raw"] == {}
     assert run_call(loose, {"raw": [1, {"a": None}]}).text == "[1, {'a': None}]"
+
+
+def test_an_async_tool_of_ints_keeps_its_fast_path_and_gets_ints() -> None:
+    @function_tool(side_effects=SideEffects.READ)
+    async def add(a: int, b: int | None = None, c: Literal[1, 2] = 1) -> str:
+        """Add."""
+        return repr([a, b, c])
+
+    # Still called directly, without execute (only the int conversion in front),
+    # and still known not to suspend.
+    assert add.bare is not None
+    assert add.coroutine_function is add.fn
+    registry = ToolRegistry()
+    registry.register(add)
+    assert registry.lookup("add").never_suspends  # type: ignore[union-attr]
+    assert run_call(add, {"a": 2.0, "b": 3.0, "c": 2.0}).text == "[2, 3, 2]"
+    assert run_call(add, {"a": 2, "b": None}).text == "[2, None, 1]"

@@ -131,7 +131,8 @@ class ToolRegistry:
         # Only a tool that is its own factory (a function tool) is the one every
         # call runs; another factory's instances could differ.
         own: object = factory
-        never = own is instance and cannot_suspend(getattr(instance, "bare", None))
+        body = getattr(instance, "coroutine_function", None)
+        never = own is instance and cannot_suspend(body)
         self._entries[definition.name] = RegisteredTool(definition, factory, schema, never)
         return definition
 

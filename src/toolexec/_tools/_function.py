@@ -38,7 +38,7 @@ from .._core._types import (
     describe,
 )
 from ._function_meta import NO_DEFAULT, Converter, Invalid
-from ._function_types import typed, with_default
+from ._function_types import integral, typed, with_default
 
 if typing.TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Mapping
@@ -77,6 +77,12 @@ class FunctionTool:
     _converters: tuple[tuple[str, Converter], ...] = attrs.field(
         alias="converters", default=(), repr=False
     )
+    _bare: Callable[..., Awaitable[Any]] | None = attrs.field(init=False, repr=False)
+
+    def __attrs_post_init__(self) -> None:
+        object.__setattr__(
+            self, "_bare", _bare(self.fn, self._is_async, self._ctx_param, self._converters)
+        )
 
     async def execute(self, arguments: Mapping[str, Any], ctx: ToolContext) -> ToolOutput:
         """Call the function with the arguments (and the context, if it asks)."""
@@ -124,15 +130,27 @@ class FunctionTool:
 
     @property
     def bare(self) -> Callable[..., Awaitable[Any]] | None:
-        """The async function itself, when a call is just ``await fn(**arguments)``.
+        """What a call awaits, when a call is just ``await bare(**arguments)``.
 
-        That is an async function taking no context and no typed values; the
-        executor then awaits it directly and converts its value with
-        ``output``. ``None`` for any other function.
+        That is an async function taking no context and no typed values
+        (the function itself), or only ints (the function behind a plain
+        call that turns an integral float into an int); the executor then
+        awaits it directly and converts its value with ``output``. ``None``
+        for any other function.
         """
-        if self._is_async and self._ctx_param is None and not self._converters:
-            return self.fn
-        return None
+        return self._bare
+
+    @property
+    def coroutine_function(self) -> Callable[..., Awaitable[Any]] | None:
+        """The async function a call awaits, with nothing else awaited around it.
+
+        That is an async function taking no context: ``execute`` converts the
+        arguments to typed values, awaits the function and converts its value,
+        and none of that awaits. The registry reads the function's code: if
+        it has no ``await``, no call of the tool can suspend. ``None`` for
+        any other function.
+        """
+        return self.fn if self._is_async and self._ctx_param is None else None
 
     def output(self, value: Any) -> ToolOutput:
         """The tool output for a value the function returned."""
@@ -157,6 +175,31 @@ class FunctionTool:
     def __call__(self) -> FunctionTool:
         """Act as its own factory (it is stateless), so it can be registered."""
         return self
+
+
+def _bare(
+    fn: Callable[..., Any],
+    is_async: bool,
+    ctx_param: str | None,
+    converters: tuple[tuple[str, Converter], ...],
+) -> Callable[..., Awaitable[Any]] | None:
+    """``FunctionTool.bare``: ``fn``, or ``fn`` behind the int conversion, or ``None``."""
+    if not is_async or ctx_param is not None:
+        return None
+    if not converters:
+        return fn
+    if any(convert is not integral for _, convert in converters):
+        return None
+    names = tuple(name for name, _ in converters)
+
+    def with_ints(**arguments: Any) -> Awaitable[Any]:  # a fresh dict: ours to change
+        for name in names:
+            value = arguments.get(name)
+            if type(value) is float:
+                arguments[name] = integral(value)
+        return fn(**arguments)  # type: ignore[no-any-return]
+
+    return with_ints
 
 
 def _to_output(value: Any, name: str) -> ToolOutput:

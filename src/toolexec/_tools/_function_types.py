@@ -9,6 +9,11 @@ so converters only build; one that still fails (a dataclass's
 ``__post_init__``, a pydantic validator) raises ``Invalid`` with the JSON
 path of the value. Whatever the portable subset cannot express raises
 ``RegistrationError`` naming the annotation and why; nothing is dropped.
+
+JSON Schema's ``integer`` accepts ``2.0`` (a number with no fraction), and
+so does an ``enum`` holding ``2``: an ``int`` (or a ``Literal`` with an int)
+gets the converter ``integral``, which hands the body the int, wherever it
+is nested.
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ import attrs
 from ._function_meta import NO_DEFAULT, Converter, Invalid, apply_metadata, json_default, refuse
 from ._function_pydantic import is_model, model_parameter
 
-__all__ = ["Typed", "typed", "with_default"]
+__all__ = ["Typed", "integral", "typed", "with_default"]
 
 _SIMPLE: dict[Any, str] = {str: "string", int: "integer", float: "number", bool: "boolean"}
 _REASONS: dict[Any, str] = {
@@ -67,7 +72,7 @@ def typed(annotation: Any, where: str, seen: frozenset[Any] = frozenset()) -> Ty
     if origin in (typing.Required, typing.NotRequired):
         return typed(typing.get_args(annotation)[0], where, seen)
     if annotation in _SIMPLE:
-        return Typed({"type": _SIMPLE[annotation]})
+        return Typed({"type": _SIMPLE[annotation]}, integral if annotation is int else None)
     if annotation is Any or annotation is inspect.Parameter.empty:
         return Typed({})
     for rule in (_container, _literal, _union, _enum, _record):
@@ -75,6 +80,11 @@ def typed(annotation: Any, where: str, seen: frozenset[Any] = frozenset()) -> Ty
         if found is not None:
             return found
     raise refuse(annotation, where, _REASONS.get(origin or annotation, _OTHERWISE))
+
+
+def integral(value: Any) -> Any:
+    """An integral float (``2.0``, which ``integer`` lets through) as an int; else ``value``."""
+    return int(value) if type(value) is float and value.is_integer() else value
 
 
 def _container(annotation: Any, origin: Any, where: str, seen: frozenset[Any]) -> Typed | None:
@@ -154,7 +164,9 @@ def _scalar_enum(values: list[Any], annotation: Any, where: str) -> dict[str, An
 def _literal(annotation: Any, origin: Any, where: str, seen: frozenset[Any]) -> Typed | None:
     if origin is not Literal:
         return None
-    return Typed(_scalar_enum(list(typing.get_args(annotation)), annotation, where))
+    values = list(typing.get_args(annotation))
+    schema = _scalar_enum(values, annotation, where)
+    return Typed(schema, integral if any(type(v) is int for v in values) else None)
 
 
 def _enum(annotation: Any, origin: Any, where: str, seen: frozenset[Any]) -> Typed | None:
@@ -171,7 +183,7 @@ def _union(annotation: Any, origin: Any, where: str, seen: frozenset[Any]) -> Ty
     members = [typed(a, where, seen) for a in args if a is not type(None)]
     if len(members) == 1:  # X | None (a union has two members or more)
         return _nullable(members[0])
-    if any(m.convert is not None or set(m.schema) != {"type"} for m in members):
+    if any(m.convert not in (None, integral) or set(m.schema) != {"type"} for m in members):
         raise refuse(
             annotation,
             where,
@@ -179,7 +191,9 @@ def _union(annotation: Any, origin: Any, where: str, seen: frozenset[Any]) -> Ty
             "unions of str, int, float, bool and None map to a list of types",
         )
     kinds = [m.schema["type"] for m in members]
-    return Typed({"type": kinds + (["null"] if len(members) < len(args) else [])})
+    schema = {"type": kinds + (["null"] if len(members) < len(args) else [])}
+    # ``int | float`` takes a float as a float; ``int | str`` an integral one as an int.
+    return Typed(schema, integral if "integer" in kinds and "number" not in kinds else None)
 
 
 def _nullable(inner: Typed) -> Typed:
@@ -190,8 +204,8 @@ def _nullable(inner: Typed) -> Typed:
     if "enum" in schema and None not in schema["enum"]:
         schema["enum"] = [*schema["enum"], None]
     convert = inner.convert
-    if convert is None:
-        return Typed(schema)
+    if convert is None or convert is integral:  # integral(None) is None
+        return Typed(schema, convert)
     return Typed(schema, lambda value: None if value is None else convert(value))
 
 
