@@ -110,6 +110,57 @@ def _check_top_level(schema: Mapping[str, Any], tool: str) -> None:
             )
 
 
+# What each keyword is to the subset check: refused, a map of sub-schemas,
+# sub-schemas (one or a list), or a reference.
+_REFUSED, _MAP, _SUBS, _REF = range(4)
+_KEYWORDS = {
+    **dict.fromkeys(_FORBIDDEN, _REFUSED),
+    **dict.fromkeys(SUBSCHEMA_MAPS, _MAP),
+    **dict.fromkeys((*SUBSCHEMA_VALUES, "anyOf"), _SUBS),
+    "$ref": _REF,
+}
+
+
+def _in_subset(schema: Mapping[str, Any]) -> bool:
+    """Whether ``schema`` is in the portable subset: ``_check_subset`` without the places.
+
+    A tool source's schemas share their ``$defs`` and are large, so this
+    walk keeps to one loop over each schema's keywords and checks each
+    reference once.
+    """
+    stack: list[Any] = [schema]
+    refs: set[str] = set()
+    while stack:
+        node = stack.pop()
+        if type(node) is not dict and not isinstance(node, Mapping):  # dict: no ABC check
+            if isinstance(node, bool):
+                continue
+            return False
+        for key, value in node.items():
+            kind = _KEYWORDS.get(key)
+            if kind is None:
+                continue
+            if kind == _MAP and (type(value) is dict or isinstance(value, Mapping)):
+                stack.extend(value.values())
+            elif kind == _SUBS and isinstance(value, list):
+                stack.extend(value)
+            elif kind == _SUBS:
+                stack.append(value)
+            elif kind == _REFUSED or not isinstance(value, str):
+                return False
+            else:
+                refs.add(value)
+    return all(is_local(ref) and _resolves(schema, ref) for ref in refs)
+
+
+def _resolves(root: Mapping[str, Any], ref: str) -> bool:
+    try:
+        resolve(root, ref)
+    except LookupError:
+        return False
+    return True
+
+
 def _check_subset(schema: Any, where: str, tool: str, root: Mapping[str, Any]) -> None:
     if isinstance(schema, bool):
         return
@@ -217,14 +268,17 @@ def compile_schema(schema: Mapping[str, Any], *, tool: str) -> CompiledSchema:
         )
     import jsonschema_rs
 
-    # The compiled meta-check is ~50x faster; jsonschema words the error.
-    if not jsonschema_rs.meta.is_valid(dict(schema)):
-        _check_meta_schema(schema, tool)
     _check_top_level(schema, tool)
-    _check_subset(schema, "#", tool, schema)
-    try:
+    if not _in_subset(schema):
+        # Say where and why; a schema that is not valid JSON Schema first.
+        if not jsonschema_rs.meta.is_valid(dict(schema)):
+            _check_meta_schema(schema, tool)
+        _check_subset(schema, "#", tool, schema)
+    try:  # building the validator checks the schema against the meta-schema too
         validator = jsonschema_rs.Draft202012Validator(dict(schema))
     except Exception as exc:  # e.g. a regex the compiled engine does not support
+        if not jsonschema_rs.meta.is_valid(dict(schema)):
+            _check_meta_schema(schema, tool)  # jsonschema words it (~50x slower to load)
         detail = one_line(str(getattr(exc, "message", None) or exc).split("\n\n")[0])
         raise RegistrationError(
             f"tool {tool!r}: input_schema cannot be compiled: {detail}"
