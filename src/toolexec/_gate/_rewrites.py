@@ -7,10 +7,14 @@ exactly the same thing, the sources make it; where none does, the tool is
 refused, saying why:
 
 * ``oneOf`` becomes ``anyOf`` when no value can match two of its branches
-  (``one_of_is_exclusive``): the branches accept disjoint JSON types
+  (``one_of_means_any_of``): the branches accept disjoint JSON types
   (``integer`` counts as a ``number``), disjoint ``const``/``enum`` values,
   or are objects that each require one property whose ``const``/``enum``
-  values are disjoint (a discriminator). Annotations never matter.
+  values are disjoint (a discriminator). Where two branches overlap only
+  because one is redundant (repeated, a type the other names too, or a few
+  values of a type the other takes whole), the union is what was meant,
+  and ``anyOf`` says it.
+  Annotations never matter.
 * ``allOf`` is merged into its schema (``merge_all_of``) when its parts do
   not conflict: ``properties`` are merged (a property both define is merged
   the same way), ``required`` lists are joined, ``type``s and ``enum``s
@@ -31,7 +35,7 @@ import json
 from collections.abc import Callable, Mapping
 from typing import Any
 
-__all__ = ["ANNOTATIONS", "Conflict", "Look", "merge_all_of", "one_of_is_exclusive"]
+__all__ = ["ANNOTATIONS", "Conflict", "Look", "merge_all_of", "one_of_means_any_of"]
 
 Look = Callable[[str], Any]
 
@@ -65,10 +69,70 @@ class Conflict(Exception):
 # -- oneOf ----------------------------------------------------------------------
 
 
-def one_of_is_exclusive(branches: list[Any], look: Look) -> bool:
-    """Whether no value can match two of ``branches`` (so ``anyOf`` says the same)."""
+def one_of_means_any_of(branches: list[Any], look: Look) -> bool:
+    """Whether ``anyOf`` over ``branches`` says what ``oneOf`` means.
+
+    True when no value can match two branches, or where two can, one of
+    them is redundant: a repeated branch, or one whose every value (its
+    types, its ``enum``, its ``const``) the other, which only names types,
+    accepts (``oneOf: [{type: string}, {enum: ["INF"]}]``, ``oneOf:
+    [{type: integer}, {type: number}]``). Read literally such a ``oneOf``
+    refuses the values both accept; its author meant the union, so it is
+    read as ``anyOf``.
+    """
     facts = [_Facts.of(branch, look) for branch in branches]
-    return all(a.disjoint(b) for i, a in enumerate(facts) for b in facts[i + 1 :])
+    return all(
+        a.disjoint(b) or _redundant(x, y, look) or _redundant(y, x, look)
+        for i, (a, x) in enumerate(zip(facts, branches, strict=True))
+        for b, y in zip(facts[i + 1 :], branches[i + 1 :], strict=True)
+    )
+
+
+_TYPE_ONLY = frozenset(("type", "format"))  # format only describes, in 2020-12
+
+
+def _redundant(mine: Any, theirs: Any, look: Look) -> bool:
+    """Whether every value ``mine`` accepts, ``theirs`` accepts too (provably, simply)."""
+    mine, theirs = _followed(mine, look), _followed(theirs, look)
+    if not isinstance(mine, Mapping) or not isinstance(theirs, Mapping):
+        return False
+    if _meaning(mine) == _meaning(theirs):
+        return True
+    if set(_meaning(theirs)) != {"type"} or set(_meaning(mine)) - {"type", "enum", "const"}:
+        return False
+    kinds = _types(theirs["type"])
+    if set(_meaning(mine)) == {"type"}:
+        return all(
+            k in kinds or (k == "integer" and "number" in kinds) for k in _types(mine["type"])
+        )
+    values = [mine["const"]] if "const" in mine else mine.get("enum")
+    return isinstance(values, list) and all(_fits(v, kinds) for v in values)
+
+
+def _types(kind: Any) -> list[Any]:
+    return kind if isinstance(kind, list) else [kind]
+
+
+def _meaning(schema: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in schema.items() if k not in ANNOTATIONS and k != "format"}
+
+
+def _followed(schema: Any, look: Look) -> Any:
+    for _ in range(_DEPTH):
+        if not (isinstance(schema, Mapping) and set(_meaning(schema)) == {"$ref"}):
+            break
+        try:
+            schema = look(schema["$ref"])
+        except LookupError:
+            break
+    return schema
+
+
+def _fits(value: Any, kinds: list[Any]) -> bool:
+    kind = _kind(value)
+    if kind == "number" and "integer" in kinds and float(value).is_integer():
+        return True
+    return kind in kinds
 
 
 def _kind(value: Any) -> str:

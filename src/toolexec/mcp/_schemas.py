@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from .._gate._pointer import resolve
-from .._gate._rewrites import Conflict, merge_all_of, one_of_is_exclusive
+from .._gate._rewrites import Conflict, merge_all_of, one_of_means_any_of
 from .._gate._schema import SUBSCHEMA_MAPS, SUBSCHEMA_VALUES
 
 __all__ = ["UnportableSchema", "portable_schema"]
@@ -57,7 +57,7 @@ def _rewrite(node: Any, look: Any, where: str) -> Any:
                 f"and its parts cannot be merged exactly: {exc}"
             ) from None
     if isinstance(out.get("oneOf"), list) and "anyOf" not in out:
-        if not one_of_is_exclusive(out["oneOf"], look):
+        if not one_of_means_any_of(out["oneOf"], look):
             raise UnportableSchema(
                 f"schema at {where} uses 'oneOf', which OpenAI refuses in function parameters, "
                 "over alternatives a value may match together (anyOf would accept it)"
