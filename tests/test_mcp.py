@@ -371,7 +371,7 @@ async def test_a_raw_servers_schemas_register_as_given_and_validate() -> None:
         assert tagged == {"anyOf": SCHEMAS["tagged"]["properties"]["shape"]["oneOf"]}
         circle = {"kind": "circle", "radius": 1.5}
         square = {"kind": "square", "side": 2}
-        good = [
+        good: list[tuple[str, dict[str, Any]]] = [
             ("toggle", {"mode": True}),
             ("toggle", {"mode": "eco"}),
             ("toggle", {}),
@@ -381,7 +381,7 @@ async def test_a_raw_servers_schemas_register_as_given_and_validate() -> None:
             ("area", {"shape": square}),
             ("tagged", {"shape": square}),
         ]
-        bad = [
+        bad: list[tuple[str, dict[str, Any]]] = [
             ("toggle", {"mode": 3}),
             ("repeat", {"value": 1.5}),
             ("area", {"shape": {"kind": "circle", "side": 1}}),

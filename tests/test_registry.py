@@ -86,8 +86,14 @@ def test_anyof_and_local_refs_are_kept_and_validated() -> None:
     good = {"flag": "x", "tree": {"label": "a", "children": [{"label": "b"}]}, "odd key": 3}
     assert compiled.is_valid(good)
     assert compiled.is_valid({"flag": True, "first": {"label": "c"}})
-    for bad in ({"flag": 1}, {"tree": {"children": []}}, {"odd key": "3"}, {"first": {}}):
-        assert not compiled.is_valid(bad), bad
+    bad: list[dict[str, Any]] = [
+        {"flag": 1},
+        {"tree": {"children": []}},
+        {"odd key": "3"},
+        {"first": {}},
+    ]
+    for arguments in bad:
+        assert not compiled.is_valid(arguments), arguments
 
 
 @pytest.mark.parametrize(
