@@ -23,10 +23,12 @@ Theory of operation.
 * *Register*: each operation becomes a tool named by its ``operationId``
   (or method and path) in the registry's charset, cut to 64 characters.
   Its arguments are its parameters and ``body`` (the rule is in
-  ``_operations``). An operation that cannot be expressed (a cyclic
-  ``$ref``, a schema outside the portable subset, a non-JSON body, a
+  ``_operations``); the schemas it shares with other operations stay
+  shared, in its schema's ``$defs`` (``_schemas``). An operation that
+  cannot be expressed (a ``$ref`` to nothing, a schema outside the
+  portable subset, a schema over ``max_schema_bytes``, a non-JSON body, a
   parameter style, a security requirement without a secret) is skipped,
-  logged and listed in ``OpenAPISource.skipped`` with the reason.
+  logged and listed in ``OpenAPISource.skipped`` with a one-line reason.
   GET, HEAD and OPTIONS are ``READ``; other methods ``WRITE``;
   ``x-toolexec-side-effects`` on an operation overrides.
 * *Call*: see ``_http``: every failure is an error result naming the

@@ -3,12 +3,20 @@
 The host gives a mapping of scheme name -> secret; the model never sees or
 sends one. An operation's ``security`` (or the document's) lists
 alternatives; the first whose schemes are all supported and all have a
-secret is used. Supported: HTTP bearer (``type: http, scheme: bearer``) and
-API keys (``type: apiKey``, in a header, the query or a cookie).
+secret is used. Supported:
+
+* HTTP bearer (``type: http, scheme: bearer``), OAuth 2 (``type: oauth2``)
+  and OpenID Connect (``type: openIdConnect``): the secret is the access
+  token, sent as ``Authorization: Bearer <token>``; toolexec runs no OAuth
+  flow (the host obtains and refreshes the token; scopes are not checked);
+* HTTP basic (``type: http, scheme: basic``): the secret is
+  ``"user:password"``, sent as ``Authorization: Basic <base64>``;
+* API keys (``type: apiKey``), in a header, the query or a cookie.
 """
 
 from __future__ import annotations
 
+import base64
 from collections.abc import Mapping
 from typing import Any
 
@@ -16,7 +24,14 @@ import attrs
 
 from ._schemas import Unsupported
 
-__all__ = ["Credentials", "credentials_for", "secret_locations"]
+__all__ = [
+    "Credentials",
+    "check_secret",
+    "credentials_for",
+    "is_basic",
+    "secret_forms",
+    "secret_locations",
+]
 
 Pairs = tuple[tuple[str, str], ...]
 
@@ -62,22 +77,62 @@ def _satisfy(
         where, key, prefix = _place(name, scheme)
         if name not in secrets:
             raise Unsupported(f"no secret was given for security scheme {name!r}")
-        places[where].append((key, prefix + secrets[name]))
+        secret = secrets[name]
+        if prefix == "Basic ":
+            secret = _basic(secret)
+        places[where].append((key, prefix + secret))
     return Credentials(tuple(places["header"]), tuple(places["query"]), tuple(places["cookie"]))
 
 
 def _place(name: str, scheme: Mapping[str, Any]) -> tuple[str, str, str]:
     """Where a scheme's secret goes: (header|query|cookie, name, value prefix)."""
     kind = scheme.get("type")
-    if kind == "http" and str(scheme.get("scheme", "")).lower() == "bearer":
+    http = str(scheme.get("scheme", "")).lower() if kind == "http" else None
+    if http == "bearer" or kind in ("oauth2", "openIdConnect"):
         return "header", "Authorization", "Bearer "
+    if http == "basic":
+        return "header", "Authorization", "Basic "
     where, key = scheme.get("in"), scheme.get("name")
     if kind == "apiKey" and where in ("header", "query", "cookie") and isinstance(key, str) and key:
         return where, key, ""
     detail = f"type {kind!r}" + (f", scheme {scheme['scheme']!r}" if "scheme" in scheme else "")
     raise Unsupported(
-        f"security scheme {name!r} ({detail}) is not supported (HTTP bearer and API keys are)"
+        f"security scheme {name!r} ({detail}) is not supported (HTTP bearer and basic, "
+        "OAuth 2, OpenID Connect and API keys are)"
     )
+
+
+def _basic(secret: str) -> str:
+    return base64.b64encode(secret.encode()).decode("ascii")
+
+
+def is_basic(scheme: Any) -> bool:
+    """Whether ``scheme`` is HTTP basic (its secret is ``"user:password"``)."""
+    return (
+        isinstance(scheme, Mapping)
+        and scheme.get("type") == "http"
+        and str(scheme.get("scheme", "")).lower() == "basic"
+    )
+
+
+def check_secret(name: str, secret: object, scheme: Any) -> str | None:
+    """Why ``secret`` cannot be the secret of ``scheme`` (``None`` if it can)."""
+    if not isinstance(secret, str):
+        return f"the secret for security scheme {name!r} must be a str"
+    if is_basic(scheme) and ":" not in secret:
+        return f"the secret for HTTP basic security scheme {name!r} must be 'user:password'"
+    return None
+
+
+def secret_forms(secret: str, basic: bool) -> set[str]:
+    """Every text a secret may be seen as: itself, and for HTTP basic its parts as sent."""
+    forms = {secret} if secret else set()
+    if basic and secret:
+        forms.add(_basic(secret))
+        password = secret.partition(":")[2]
+        if password:
+            forms.add(password)
+    return forms
 
 
 def secret_locations(schemes: Mapping[str, Any]) -> frozenset[tuple[str, str]]:

@@ -38,12 +38,16 @@ class OpenAPIError(ToolexecError, ValueError):
 
 
 async def load_document(
-    document: Mapping[str, Any] | str | os.PathLike[str], client: httpx2.AsyncClient
+    document: Mapping[str, Any] | str | os.PathLike[str], client: httpx2.AsyncClient | None
 ) -> tuple[dict[str, Any], str | None]:
-    """The parsed document, and the URL it came from (``None`` if not fetched)."""
+    """The parsed document, and the URL it came from (``None`` if not fetched).
+
+    ``client`` fetches a URL; it is not needed for a mapping or a file.
+    """
     if isinstance(document, Mapping):
         return dict(document), None
     if isinstance(document, str) and document.startswith(("http://", "https://")):
+        assert client is not None
         text, kind = await _fetch(document, client)
         return parse_document(text, name=document, kind=kind), document
     path = trio.Path(document)

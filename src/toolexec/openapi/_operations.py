@@ -16,6 +16,7 @@ Headers named ``Accept`` or ``Content-Type`` are ignored, as OpenAPI says.
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 from collections import Counter
 from collections.abc import Mapping
@@ -23,12 +24,10 @@ from typing import Any
 
 import attrs
 
-from .._core._errors import RegistrationError
 from .._core._types import SideEffects, ToolDefinition
-from .._gate._schema import compile_schema
 from ._auth import Credentials, credentials_for
 from ._document import OpenAPIError
-from ._schemas import Resolver, Unsupported, portable
+from ._schemas import Resolver, Unsupported, local_refs, portable
 
 __all__ = ["METHODS", "Operation", "Param", "build_operation", "tool_name"]
 
@@ -77,6 +76,10 @@ class Context:
     secrets: Mapping[str, str]
     security: Any
     timeout: float
+    max_schema_bytes: int
+    #: Each parameter object of the document as converted (or why it cannot
+    #: be), by identity: a shared parameter is converted once.
+    parameters: dict[int, tuple[Any, bool, bool] | str] = attrs.field(factory=dict)
 
 
 def tool_name(prefix: str, operation: Mapping[str, Any], method: str, path: str) -> str:
@@ -116,9 +119,9 @@ def build_operation(
     properties: dict[str, Any] = {}
     required: list[str] = []
     params: list[Param] = []
-    for (pname, location), (schema, is_required, explode) in raw_params.items():
+    for (pname, location), (param_schema, is_required, explode) in raw_params.items():
         argument = names[pname, location]
-        properties[argument] = schema
+        properties[argument] = param_schema
         if is_required:
             required.append(argument)
         params.append(Param(argument, pname, location, explode))
@@ -126,22 +129,31 @@ def build_operation(
         properties["body"] = body_schema
         if body_required:
             required.append("body")
-    schema = {"type": "object", "properties": properties, "additionalProperties": False}
+    schema: dict[str, Any] = {
+        "type": "object",
+        "properties": properties,
+        "additionalProperties": False,
+    }
     if required:
         schema["required"] = required
+    _add_defs(ctx, schema)
     definition = ToolDefinition(
         name, _description(operation, method, path), schema, effects, timeout=ctx.timeout
     )
-    try:
-        compile_schema(schema, tool=name)
-    except RegistrationError as exc:
-        raise Unsupported(str(exc)) from None
     credentials = credentials_for(operation.get("security", ctx.security), ctx.schemes, ctx.secrets)
     segments = _path(path, [p for p in params if p.location == "path"])
     query = tuple(p for p in params if p.location != "path")
     return Operation(
         label, method.upper(), segments, query, body_schema is not None, credentials, definition
     )
+
+
+def _add_defs(ctx: Context, schema: dict[str, Any]) -> None:
+    """Give ``schema`` the ``$defs`` it refers to; ``TooLarge`` past the bound."""
+    size = len(json.dumps(schema, separators=(",", ":")))
+    defs = ctx.resolver.defs(dict.fromkeys(local_refs(schema)), size, ctx.max_schema_bytes)
+    if defs:
+        schema["$defs"] = defs
 
 
 def _description(operation: Mapping[str, Any], method: str, path: str) -> str:
@@ -169,7 +181,16 @@ def _parameters(ctx: Context, item: Mapping[str, Any], operation: Mapping[str, A
             location == "header" and name.lower() in _IGNORED_HEADERS
         ):
             continue
-        found[name, location] = _parameter(ctx, param, name, location)
+        converted = ctx.parameters.get(id(param))
+        if converted is None:
+            try:
+                converted = _parameter(ctx, param, name, location)
+            except Unsupported as exc:
+                converted = str(exc)
+            ctx.parameters[id(param)] = converted
+        if isinstance(converted, str):
+            raise Unsupported(converted)
+        found[name, location] = converted
     return found
 
 
@@ -182,13 +203,25 @@ def _parameter(
     if style != _DEFAULT_STYLE[location]:
         raise Unsupported(f"parameter {name!r} uses style {style!r}, which is not supported")
     schema = portable(param["schema"], ctx.resolver)
-    kinds = schema.get("type") if isinstance(schema, Mapping) else None
+    kinds = _type(schema, ctx.resolver)
     if kinds == "object" or (isinstance(kinds, list) and "object" in kinds):
         raise Unsupported(f"parameter {name!r} is an object; only scalars and arrays are")
     if isinstance(param.get("description"), str) and isinstance(schema, Mapping):
         schema = {"description": param["description"], **schema}
     required = location == "path" or param.get("required") is True
     return schema, required, bool(param.get("explode", style == "form"))
+
+
+def _type(schema: Any, resolver: Resolver) -> Any:
+    """The ``type`` of a tool schema, through the ``$ref``s that stand for it."""
+    for _ in range(32):
+        if not isinstance(schema, Mapping) or "type" in schema or "$ref" not in schema:
+            break
+        try:
+            schema = resolver.look(schema["$ref"])
+        except LookupError:
+            break
+    return schema.get("type") if isinstance(schema, Mapping) else None
 
 
 def _body(ctx: Context, raw: Any) -> tuple[Any, bool]:
@@ -212,7 +245,7 @@ def _is_json(media: str) -> bool:
 
 
 def _argument_names(raw: Raw, *, has_body: bool) -> dict[tuple[str, str], str]:
-    counts = Counter(name for name, _ in raw)
+    counts = Counter([name for name, _ in raw])  # a list: Counter checks a generator slowly
     if has_body:
         counts["body"] += 1
     names = {key: key[0] if counts[key[0]] == 1 else f"{key[1]}_{key[0]}" for key in raw}

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import ssl
 from collections.abc import AsyncIterator, Mapping
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, quote_plus
@@ -13,7 +14,8 @@ import attrs
 import httpx2
 
 from .._core._errors import RegistrationError, ToolError
-from ._auth import secret_locations
+from .._gate._schema import CompiledSchema, compile_schema, one_line
+from ._auth import check_secret, is_basic, secret_forms, secret_locations
 from ._document import OpenAPIError, load_document, openapi_version, server_url
 from ._http import send
 from ._operations import METHODS, Context, Operation, build_operation, tool_name
@@ -29,6 +31,9 @@ if TYPE_CHECKING:
 __all__ = ["OpenAPISource", "OpenAPITool", "open_openapi_source"]
 
 _log = logging.getLogger("toolexec.openapi")
+
+#: The default bound on one tool's schema, in bytes of compact JSON.
+MAX_SCHEMA_BYTES = 200_000
 
 
 @attrs.define(eq=False)
@@ -80,6 +85,7 @@ class OpenAPISource:
         return await send(self, op, arguments)
 
     def _skip(self, operation: str, reason: str) -> None:
+        reason = one_line(reason)
         self.skipped.append((operation, reason))
         _log.warning("OpenAPI %r: operation %r not registered: %s", self.title, operation, reason)
 
@@ -94,6 +100,9 @@ class OpenAPITool:
 
     operation: Operation
     source: OpenAPISource = attrs.field(repr=False)
+    #: The input schema as checked and compiled when the document was
+    #: loaded; the registry reuses it instead of compiling it again.
+    compiled_schema: CompiledSchema | None = attrs.field(default=None, repr=False, eq=False)
 
     @property
     def definition(self) -> ToolDefinition:
@@ -109,11 +118,12 @@ class OpenAPITool:
         return self
 
 
-def _secret_forms(secrets: Mapping[str, str]) -> tuple[str, ...]:
+def _secret_forms(secrets: Mapping[str, str], schemes: Mapping[str, Any]) -> tuple[str, ...]:
+    """Every form a secret may be seen in: as sent, URL-encoded, JSON-escaped; longest first."""
     forms: set[str] = set()
-    for secret in secrets.values():
-        if secret:
-            forms |= {secret, quote(secret, safe=""), quote_plus(secret), json.dumps(secret)[1:-1]}
+    for name, secret in secrets.items():
+        for form in secret_forms(secret, is_basic(schemes.get(name))):
+            forms |= {form, quote(form, safe=""), quote_plus(form), json.dumps(form)[1:-1]}
     return tuple(sorted(forms, key=len, reverse=True))
 
 
@@ -123,14 +133,27 @@ def _check_secrets(secrets: Mapping[str, Any], schemes: Mapping[str, Any]) -> No
         raise OpenAPIError(
             f"secrets were given for security schemes the document does not define: {unknown}"
         )
+    for name, secret in secrets.items():
+        problem = check_secret(name, secret, schemes[name])
+        if problem is not None:
+            raise OpenAPIError(problem)
+
+
+def _schemes(document: Mapping[str, Any]) -> Mapping[str, Any]:
+    components = document.get("components")
+    schemes = components.get("securitySchemes") if isinstance(components, Mapping) else None
+    return schemes if isinstance(schemes, Mapping) else {}
 
 
 def _populate(
-    source: OpenAPISource, document: Mapping[str, Any], prefix: str, secrets: Mapping[str, str]
+    source: OpenAPISource,
+    document: Mapping[str, Any],
+    prefix: str,
+    secrets: Mapping[str, str],
+    max_schema_bytes: int,
 ) -> None:
     """Build every operation's tool; the ones that cannot be tools go to ``skipped``."""
-    schemes = (document.get("components") or {}).get("securitySchemes") or {}
-    _check_secrets(secrets, schemes)
+    schemes = _schemes(document)
     ctx = Context(
         Resolver(document, legacy=source.openapi_version == "3.0"),
         schemes,
@@ -138,6 +161,7 @@ def _populate(
         secrets,
         document.get("security"),
         source.timeout + 5.0,  # the executor's backstop; the call's own deadline comes first
+        max_schema_bytes,
     )
     labels: dict[str, str] = {}
     for path, item in (document.get("paths") or {}).items():
@@ -165,11 +189,12 @@ def _add(
         return
     try:
         plan = build_operation(ctx, name, method, path, item, label)
-    except Unsupported as exc:
+        compiled = compile_schema(plan.definition.input_schema, tool=name)
+    except (Unsupported, RegistrationError) as exc:
         source._skip(label, str(exc))
         return
     labels[name] = label
-    source.tools[name] = OpenAPITool(plan, source)
+    source.tools[name] = OpenAPITool(plan, source, compiled)
 
 
 def _register(source: OpenAPISource, registry: ToolRegistry) -> None:
@@ -200,6 +225,7 @@ async def open_openapi_source(
     timeout: float = 30.0,
     connect_timeout: float = 10.0,
     max_response_bytes: int = 1_000_000,
+    max_schema_bytes: int = MAX_SCHEMA_BYTES,
 ) -> AsyncIterator[OpenAPISource]:
     """Load an OpenAPI 3.0/3.1 document and register one tool per operation while the block runs.
 
@@ -222,36 +248,49 @@ async def open_openapi_source(
             error result (``timeout``) naming the operation and the server.
         connect_timeout: seconds to establish a connection.
         max_response_bytes: a larger response body is an error result.
+        max_schema_bytes: the largest tool schema (its compact JSON, with the
+            ``$defs`` it refers to); an operation over it is skipped.
 
     Raises:
         OpenAPIError: the document cannot be read or used (see its doc).
         RegistrationError: a tool name is already registered.
     """
-    if not timeout > 0 or not connect_timeout > 0 or max_response_bytes < 1:
-        raise ValueError("timeout, connect_timeout and max_response_bytes must be positive")
+    if not timeout > 0 or not connect_timeout > 0 or max_response_bytes < 1 or max_schema_bytes < 1:
+        raise ValueError(
+            "timeout, connect_timeout, max_response_bytes and max_schema_bytes must be positive"
+        )
     secrets = dict(secrets or {})
     for scheme, secret in secrets.items():
         if not isinstance(secret, str):
             raise OpenAPIError(f"the secret for security scheme {scheme!r} must be a str")
-    async with httpx2.AsyncClient(
-        timeout=httpx2.Timeout(timeout, connect=min(connect_timeout, timeout))
-    ) as client:
+    limits = httpx2.Timeout(timeout, connect=min(connect_timeout, timeout))
+    async with contextlib.AsyncExitStack() as stack:
+        client: httpx2.AsyncClient | None = None
+        tls = isinstance(document, str) and document.startswith("https://")
+        if isinstance(document, str) and document.startswith(("http://", "https://")):
+            client = await stack.enter_async_context(_client(limits, tls=tls))
         parsed, origin = await load_document(document, client)
         version = openapi_version(parsed)
+        server = server_url(parsed, origin, base_url)
+        if client is None or (server.startswith("https://") and not tls):
+            tls = server.startswith("https://")
+            client = await stack.enter_async_context(_client(limits, tls=tls))
+        schemes = _schemes(parsed)
+        _check_secrets(secrets, schemes)
         info = parsed.get("info")
         info = info if isinstance(info, Mapping) else {}
         source = OpenAPISource(
             str(info.get("title", "")),
             version,
-            server_url(parsed, origin, base_url),
+            server,
             timeout,
             min(connect_timeout, timeout),
             max_response_bytes,
             client=client,
-            secrets=_secret_forms(secrets),
+            secrets=_secret_forms(secrets, schemes),
         )
         client.base_url = httpx2.URL(source.server)
-        _populate(source, parsed, prefix, secrets)
+        _populate(source, parsed, prefix, secrets, max_schema_bytes)
         _register(source, registry)
         try:
             yield source
@@ -259,3 +298,16 @@ async def open_openapi_source(
             for name in source.tools:
                 registry.unregister(name)
             source._client = None
+
+
+def _client(limits: httpx2.Timeout, *, tls: bool) -> httpx2.AsyncClient:
+    """A client that loads the system's certificates only when it needs TLS.
+
+    Loading them costs tens of milliseconds of CPU, for nothing when every
+    request goes to an ``http://`` URL. A client built without them has a
+    TLS context that trusts no certificate, so a request that did reach an
+    ``https://`` URL would fail its handshake: it is never unverified.
+    """
+    if tls:
+        return httpx2.AsyncClient(timeout=limits)
+    return httpx2.AsyncClient(timeout=limits, verify=ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT))
