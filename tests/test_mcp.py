@@ -286,6 +286,15 @@ DOG = {**obj(kind={"enum": ["dog", "wolf"]}, bark={"type": "integer"}), "require
             | {"$defs": {"P": {**P, "title": "P"}}},
             obj(a={**P, "title": "P", "required": ["x"]}) | {"$defs": {"P": {**P, "title": "P"}}},
         ),
+        # definitions nothing refers to are dropped, however unportable
+        (
+            {
+                **obj(p={"$ref": "#/$defs/P"}),
+                "$defs": {"P": {"$ref": "#/$defs/Q"}, "Q": P, "Unused": SHORT_OR_ANY},
+            },
+            {**obj(p={"$ref": "#/$defs/P"}), "$defs": {"P": {"$ref": "#/$defs/Q"}, "Q": P}},
+        ),
+        ({**obj(), "definitions": {"Unused": SHORT_OR_ANY}}, obj()),
         # a top-level $ref is what it points to
         (
             {"$ref": "#/definitions/Args", "definitions": {"Args": P}},

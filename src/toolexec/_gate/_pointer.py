@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 from urllib.parse import quote, unquote
 
-__all__ = ["is_local", "pointer_to", "resolve"]
+__all__ = ["is_local", "pointer_to", "resolve", "tokens"]
 
 _INDEX = re.compile(r"0|[1-9][0-9]*")
 
@@ -25,15 +25,19 @@ def is_local(ref: object) -> bool:
     return isinstance(ref, str) and (ref == "#" or ref.startswith("#/"))
 
 
-def resolve(document: Any, ref: str) -> Any:
-    """What the local reference ``ref`` points to in ``document``; ``LookupError`` if nothing."""
+def tokens(ref: str) -> list[str]:
+    """The reference tokens of a local reference (``#/a~1b/0`` -> ``["a/b", "0"]``)."""
     if not is_local(ref):
         raise LookupError(f"{ref!r} is not a local reference")
-    node = document
     if ref == "#":
-        return node
-    for raw in unquote(ref[2:]).split("/"):
-        token = raw.replace("~1", "/").replace("~0", "~")
+        return []
+    return [raw.replace("~1", "/").replace("~0", "~") for raw in unquote(ref[2:]).split("/")]
+
+
+def resolve(document: Any, ref: str) -> Any:
+    """What the local reference ``ref`` points to in ``document``; ``LookupError`` if nothing."""
+    node = document
+    for token in tokens(ref):
         if isinstance(node, Mapping):
             if token not in node:
                 raise LookupError(ref)

@@ -7,7 +7,8 @@ objects, a recursive definition included). Only what OpenAI refuses is
 rewritten, and only where the rewrite is exact (``toolexec._gate._rewrites``):
 ``oneOf`` over alternatives no value can match twice becomes ``anyOf``,
 ``allOf`` whose parts agree is merged, and a top-level ``$ref`` is
-replaced by what it points to. ``portable_schema`` raises
+replaced by what it points to; definitions nothing refers to are dropped
+(a server may send all of them with every tool). ``portable_schema`` raises
 ``UnportableSchema`` when such a keyword has no exact rewrite; whatever else
 is outside the subset is left for the registry's check, which names it.
 Nothing is copied that is not rewritten.
@@ -18,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from .._gate._pointer import resolve
+from .._gate._pointer import resolve, tokens
 from .._gate._rewrites import Conflict, merge_all_of, one_of_means_any_of
 from .._gate._schema import SUBSCHEMA_MAPS, SUBSCHEMA_VALUES
 
@@ -37,10 +38,59 @@ def portable_schema(schema: Mapping[str, Any]) -> Mapping[str, Any]:
     def look(ref: str) -> Any:
         return resolve(schema, ref)
 
-    out = _rewrite(schema, look, "#")
+    out = _rewrite(_without_unused_defs(schema), look, "#")
     if isinstance(out, Mapping) and isinstance(out.get("$ref"), str) and "type" not in out:
         out = _top_level_ref(out, look)
     return out  # type: ignore[no-any-return]
+
+
+_DEFS = ("$defs", "definitions")
+
+
+def _without_unused_defs(schema: Mapping[str, Any]) -> Mapping[str, Any]:
+    """``schema`` without the definitions nothing refers to (exact: they validate nothing).
+
+    A server may give every tool all of its definitions; one a tool never
+    uses must not decide whether the tool can be registered.
+    """
+    defs = {key: schema[key] for key in _DEFS if isinstance(schema.get(key), Mapping)}
+    if not defs:
+        return schema
+    used: set[tuple[str, str]] = set()
+    pending = list(_refs({k: v for k, v in schema.items() if k not in defs}))
+    while pending:
+        try:
+            steps = tokens(pending.pop())
+        except LookupError:
+            continue
+        if len(steps) < 2 or steps[0] not in defs or steps[1] not in defs[steps[0]]:
+            continue  # not into a definition: into the schema itself, walked already
+        if (steps[0], steps[1]) not in used:
+            used.add((steps[0], steps[1]))
+            pending.extend(_refs(defs[steps[0]][steps[1]]))
+    if len(used) == sum(len(d) for d in defs.values()):
+        return schema
+    out = {k: v for k, v in schema.items() if k not in defs}
+    for key, entries in defs.items():
+        kept = {name: sub for name, sub in entries.items() if (key, name) in used}
+        if kept:
+            out[key] = kept
+    return out
+
+
+def _refs(node: Any) -> list[str]:
+    """Every ``$ref`` string in ``node``, at any depth."""
+    found: list[str] = []
+    stack = [node]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, Mapping):
+            if isinstance(item.get("$ref"), str):
+                found.append(item["$ref"])
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return found
 
 
 def _rewrite(node: Any, look: Any, where: str) -> Any:
