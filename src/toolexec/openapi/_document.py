@@ -33,7 +33,8 @@ class OpenAPIError(ToolexecError, ValueError):
     Raised when the source is opened (never per call): the document cannot be
     read or parsed, is not OpenAPI 3.0 or 3.1, has no usable server URL, marks
     an operation with a bad ``x-toolexec-side-effects``, or the host gave
-    secrets for security schemes the document does not define.
+    secrets for security schemes the document does not define (or an HTTP
+    basic secret that is not ``"user:password"``).
     """
 
 

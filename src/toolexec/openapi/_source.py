@@ -240,8 +240,9 @@ async def open_openapi_source(
         registry: where the tools are registered (and unregistered on exit).
         document: a parsed document, a file path, or an ``http(s)://`` URL;
             JSON or YAML.
-        secrets: security scheme name -> secret (a bearer token or an API
-            key), sent with the operations that need it; never shown.
+        secrets: security scheme name -> secret (a bearer, OAuth 2 or
+            OpenID Connect token, an API key, or ``"user:password"`` for
+            HTTP basic), sent with the operations that need it; never shown.
         base_url: where calls go, instead of the document's first server.
         prefix: put before every tool name (``"petstore__"``).
         timeout: seconds one call may take in all; past it the call is an
