@@ -184,7 +184,8 @@ class _Facts:
                 self.values = keys if self.values is None else self.values & keys
         if isinstance(schema.get("required"), list):
             self.required.update(r for r in schema["required"] if isinstance(r, str))
-        for name, sub in (schema.get("properties") or {}).items():
+        properties = schema.get("properties")
+        for name, sub in properties.items() if isinstance(properties, Mapping) else ():
             self.properties.setdefault(name, _Facts.of(sub, look, depth + 1))
         ref = schema.get("$ref")
         if isinstance(ref, str):
@@ -193,7 +194,7 @@ class _Facts:
         if isinstance(schema.get("anyOf"), list):
             alternatives = [_Facts.of(b, look, depth + 1) for b in schema["anyOf"]]
             self.kinds &= frozenset().union(*(a.kinds for a in alternatives))
-        for part in schema.get("allOf") or ():
+        for part in schema["allOf"] if isinstance(schema.get("allOf"), list) else ():
             self._add(_Facts.of(part, look, depth + 1))
 
     def _add(self, other: _Facts) -> None:
@@ -258,14 +259,15 @@ def _expand(part: Any, look: Look, depth: int) -> dict[str, Any]:
 
 def _merge_into(out: dict[str, Any], part: Mapping[str, Any], look: Look, depth: int) -> None:
     for name, value in part.items():
-        if name not in out or out[name] == value or name in ANNOTATIONS:
+        mine = out.get(name)
+        if name not in out or mine == value or name in ANNOTATIONS:
             out.setdefault(name, value)
-        elif name == "properties":
-            out[name] = _merge_properties(out[name], value, look, depth)
-        elif name == "required":
-            out[name] = list(dict.fromkeys([*out[name], *value]))
+        elif name == "properties" and isinstance(mine, Mapping) and isinstance(value, Mapping):
+            out[name] = _merge_properties(mine, value, look, depth)
+        elif name == "required" and isinstance(mine, list) and isinstance(value, list):
+            out[name] = list(dict.fromkeys([*mine, *value]))
         else:
-            out[name] = _narrow(name, out[name], value)
+            out[name] = _narrow(name, mine, value)
 
 
 def _merge_properties(
