@@ -82,12 +82,8 @@ _SCHEMA_KINDS = {
 
 
 def json_text(value: object) -> str:
-    """``value`` as JSON text, clipped: how a message quotes a value."""
-    try:
-        text = json.dumps(value, ensure_ascii=False)
-    except (TypeError, ValueError):  # not JSON: only the host can have built it
-        text = repr(value)
-    return clip(text)
+    """``value`` (a JSON value: the validator met it) as JSON text, clipped."""
+    return clip(json.dumps(value, ensure_ascii=False))
 
 
 def _sent(value: object) -> str:
@@ -102,7 +98,7 @@ def _sent(value: object) -> str:
         return "an array"
     if isinstance(value, dict):
         return "an object"
-    return "null" if value is None else json_text(value)
+    return "null"  # the one JSON value left
 
 
 def wrong_type(expected: Iterable[str], value: object) -> str:
