@@ -295,6 +295,33 @@ DOG = {**obj(kind={"enum": ["dog", "wolf"]}, bark={"type": "integer"}), "require
             {**obj(p={"$ref": "#/$defs/P"}), "$defs": {"P": {"$ref": "#/$defs/Q"}, "Q": P}},
         ),
         ({**obj(), "definitions": {"Unused": SHORT_OR_ANY}}, obj()),
+        # exact rewrites deep inside anyOf branches and items; other refs left alone
+        (
+            {
+                **obj(
+                    a={"anyOf": [{"oneOf": [{"type": "string"}, {"type": "integer"}]}, True]},
+                    b={"type": "array", "items": {"allOf": [P, {"required": ["x"]}]}},
+                    c={"$ref": "https://example.test/c.json"},
+                    d={"$ref": "#/properties/a"},
+                ),
+                "$defs": {"Unused": P},
+            },
+            obj(
+                a={"anyOf": [{"anyOf": [{"type": "string"}, {"type": "integer"}]}, True]},
+                b={"type": "array", "items": {**P, "required": ["x"]}},
+                c={"$ref": "https://example.test/c.json"},
+                d={"$ref": "#/properties/a"},
+            ),
+        ),
+        # a top-level $ref whose target cannot be merged with what is beside it stays
+        (
+            {
+                "$ref": "#/$defs/A",
+                "required": ["x"],
+                "$defs": {"A": {**P, "additionalProperties": False}},
+            },
+            None,
+        ),
         # a top-level $ref is what it points to
         (
             {"$ref": "#/definitions/Args", "definitions": {"Args": P}},

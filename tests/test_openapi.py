@@ -706,7 +706,7 @@ async def test_refs_are_rfc_6901_pointers() -> None:
     schemas = {
         "A": {"allOf": [{"type": "object", "properties": {"n": {"type": "integer"}}}]},
         "a/b~c d": {"type": "string", "maxLength": 2},
-        "L": {"type": "array", "items": [{"type": "boolean"}]},
+        "a_b_c_d": {"type": "integer"},  # the same $defs key, once made safe
     }
     paths = {
         "/index": body_op("index", {"$ref": "#/components/schemas/A/allOf/0"}),
@@ -715,9 +715,23 @@ async def test_refs_are_rfc_6901_pointers() -> None:
         "/dash": body_op("dash", {"$ref": "#/components/schemas/A/allOf/-"}),
         "/lead": body_op("lead", {"$ref": "#/components/schemas/A/allOf/00"}),
         "/deep": body_op("deep", {"$ref": "#/components/schemas/A/allOf/0/properties/n"}),
+        "/both": body_op(
+            "both",
+            {
+                "properties": {
+                    "s": {"$ref": "#/components/schemas/a~1b~0c%20d"},
+                    "i": {"$ref": "#/components/schemas/a_b_c_d"},
+                }
+            },
+        ),
     }
     source = await load(doc(paths, components={"schemas": schemas}))
-    assert sorted(source.tools) == ["deep", "escaped", "index"]
+    assert sorted(source.tools) == ["both", "deep", "escaped", "index"]
+    both = source.tools["both"].definition.input_schema
+    assert both["$defs"] == {
+        "a_b_c_d": {"type": "string", "maxLength": 2},
+        "a_b_c_d_2": {"type": "integer"},
+    }
     index = source.tools["index"].compiled_schema
     assert index is not None
     assert index.is_valid({"body": {"n": 1}})
@@ -861,6 +875,41 @@ async def test_tls_is_set_up_only_for_https(monkeypatch: pytest.MonkeyPatch) -> 
     ) as source:
         assert source.tools
     assert len(contexts) == 1
+
+
+async def test_refs_beside_validating_keywords_and_refs_in_a_cycle() -> None:
+    schemas = {
+        "Tag": {"type": "string", "minLength": 1},
+        "Never": False,
+        "Selfish": {"$ref": "#/components/schemas/Selfish", "minLength": 1},
+        "Ping": {"$ref": "#/components/schemas/Pong"},
+        "Pong": {"$ref": "#/components/schemas/Ping"},
+    }
+
+    def ref(name: str, **beside: Any) -> dict[str, Any]:
+        return {"$ref": f"#/components/schemas/{name}", **beside}
+
+    paths = {
+        "/short": body_op("short", ref("Tag", maxLength=3, description="a tag")),
+        "/never": body_op("never", ref("Never", minLength=1)),
+        "/selfish": body_op("selfish", ref("Selfish")),
+        "/ping": body_op("ping", ref("Ping")),
+        "/overlap": body_op(
+            "overlap", {"oneOf": [{"type": "string"}, {"type": "string", "maxLength": 3}]}
+        ),
+    }
+    source = await load(doc(paths, components={"schemas": schemas}))
+    assert sorted(source.tools) == ["never", "short"]
+    body = source.tools["short"].definition.input_schema["properties"]["body"]
+    assert body == {"type": "string", "minLength": 1, "maxLength": 3, "description": "a tag"}
+    assert source.tools["never"].definition.input_schema["properties"]["body"] is False
+    reasons = dict(source.skipped)
+    assert reasons == {
+        "selfish": "$ref '#/components/schemas/Selfish' is cyclic: it stands for itself",
+        "ping": "$ref '#/components/schemas/Ping' is cyclic: it only refers to itself",
+        "overlap": "oneOf over alternatives a value may match together: OpenAI refuses "
+        "oneOf, and anyOf would accept such a value",
+    }
 
 
 async def test_openapi_30_keywords_become_2020_12() -> None:

@@ -386,6 +386,7 @@ SCHEMA = {
         "untyped": {"items": True},
         "odd": {"type": "string", "format": "date"},
         "described": {"description": "no type, no properties: any scalar"},
+        "u": {"anyOf": [{"type": "boolean"}, {"type": "string", "maxLength": 1}]},
     },
     "required": ["s", "i", "o"],
 }

@@ -115,10 +115,8 @@ def is_basic(scheme: Any) -> bool:
     )
 
 
-def check_secret(name: str, secret: object, scheme: Any) -> str | None:
+def check_secret(name: str, secret: str, scheme: Any) -> str | None:
     """Why ``secret`` cannot be the secret of ``scheme`` (``None`` if it can)."""
-    if not isinstance(secret, str):
-        return f"the secret for security scheme {name!r} must be a str"
     if is_basic(scheme) and ":" not in secret:
         return f"the secret for HTTP basic security scheme {name!r} must be 'user:password'"
     return None

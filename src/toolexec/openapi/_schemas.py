@@ -38,7 +38,7 @@ from typing import Any
 
 import attrs
 
-from .._gate._pointer import is_local, resolve
+from .._gate._pointer import is_local, resolve, tokens
 from .._gate._rewrites import ANNOTATIONS, Conflict, merge_all_of, one_of_means_any_of
 from .._gate._schema import COMBINATORS, SUBSCHEMA_MAPS, SUBSCHEMA_VALUES
 
@@ -104,7 +104,8 @@ class Resolver:
         """The tool-schema ``$ref`` standing for the document's ``ref``."""
         key = self._keys.get(ref)
         if key is None:
-            tail = ref.removeprefix("#/components/schemas/")
+            steps = tokens(ref)
+            tail = "/".join(steps[2:] if steps[:2] == ["components", "schemas"] else steps)
             base = _UNSAFE_KEY.sub("_", tail).strip("_") or "schema"
             key, n = base, 1
             while key in self._pointers:
@@ -126,9 +127,7 @@ class Resolver:
         return found
 
     def look(self, local: str) -> Any:
-        """What a tool-schema ``$ref`` points to (``LookupError`` for another kind of ref)."""
-        if not local.startswith(_DEFS) or local.removeprefix(_DEFS) not in self._pointers:
-            raise LookupError(local)
+        """What a tool-schema ``$ref`` points to (``KeyError`` for another kind of ref)."""
         return self.definition(local).schema
 
     def _convert(self, pointer: str) -> Definition | str:
