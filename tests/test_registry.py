@@ -72,6 +72,7 @@ def test_anyof_and_local_refs_are_kept_and_validated() -> None:
             "tree": {"$ref": "#/$defs/Node"},
             "first": {"$ref": "#/$defs/Nodes/items"},
             "odd key": {"$ref": "#/$defs/a~1b%20c"},
+            "again": {"$ref": "#"},
         },
         "$defs": {
             "Node": node,
@@ -86,6 +87,8 @@ def test_anyof_and_local_refs_are_kept_and_validated() -> None:
     good = {"flag": "x", "tree": {"label": "a", "children": [{"label": "b"}]}, "odd key": 3}
     assert compiled.is_valid(good)
     assert compiled.is_valid({"flag": True, "first": {"label": "c"}})
+    assert compiled.is_valid({"again": {"again": {"flag": False}}})
+    assert not compiled.is_valid({"again": {"again": {"flag": 2}}})
     bad: list[dict[str, Any]] = [
         {"flag": 1},
         {"tree": {"children": []}},
@@ -123,6 +126,10 @@ def test_anyof_and_local_refs_are_kept_and_validated() -> None:
         (
             {"type": "object", "properties": {"a": {"type": "string", "pattern": "(?<=a)b\\"}}},
             "input_schema cannot be compiled: ",
+        ),
+        (
+            {"type": "object", "properties": {"a": {"oneOf": 3}}},
+            "input_schema is not a valid JSON Schema at properties/a/oneOf: 3 is not of type",
         ),
     ],
 )

@@ -8,6 +8,7 @@ exactly what the ``oneOf`` does when its branches share no value.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import jsonschema_rs
@@ -103,3 +104,89 @@ def test_a_one_of_read_as_any_of_accepts_what_it_accepts_when_branches_are_disjo
 )
 def test_which_one_ofs_mean_any_of(branches: list[Any], means_any_of: bool) -> None:
     assert one_of_means_any_of(branches, _nowhere) is means_any_of
+
+
+def _defs(**schemas: Any) -> Any:
+    """A ``look`` over ``#/$defs/<name>`` refs to ``schemas``."""
+
+    def look(ref: str) -> Any:
+        return schemas[ref.removeprefix("#/$defs/")]
+
+    return look
+
+
+@pytest.mark.parametrize(
+    ("parts", "merged"),
+    [
+        (
+            [{"minLength": 1, "maximum": 5}, {"minLength": 3, "maximum": 2.5}],
+            {"minLength": 3, "maximum": 2.5},
+        ),
+        ([{"enum": [1, "a", None]}, {"enum": ["a", None, 2.0]}], {"enum": ["a", None]}),
+        ([{"type": ["integer", "string"]}, {"type": "number"}], {"type": "integer"}),
+        ([{"type": "number"}, {"type": ["integer", "null"]}], {"type": "integer"}),
+        (
+            [{"type": ["string", "null"]}, {"type": ["null", "string"]}],
+            {"type": ["string", "null"]},
+        ),
+        ([True, {"allOf": [{"minimum": 1}, {"minimum": 2}]}], {"minimum": 2}),
+        (
+            [{"$ref": "#/$defs/A"}, {"required": ["k"]}],
+            {"properties": {"k": {}}, "required": ["k"]},
+        ),
+        (
+            [{"properties": {"k": {"$ref": "#/$defs/A"}}}, {"properties": {"k": {"title": "K"}}}],
+            {"properties": {"k": {"properties": {"k": {}}, "title": "K"}}},
+        ),
+    ],
+)
+def test_all_of_parts_that_agree_merge(parts: list[Any], merged: dict[str, Any]) -> None:
+    assert merge_all_of({"allOf": parts}, _defs(A={"properties": {"k": {}}})) == merged
+
+
+@pytest.mark.parametrize(
+    ("parts", "why"),
+    [
+        ([{"enum": [1]}, {"enum": [2]}], "allOf parts conflict on 'enum'"),
+        ([{"type": "string"}, {"type": ["integer", "null"]}], "allOf parts conflict on 'type'"),
+        ([{"format": "date"}, {"format": "uuid"}], "allOf parts conflict on 'format'"),
+        ([False], "allOf part is not an object schema"),
+        ([{"$ref": "#/$defs/Gone"}], "allOf part $ref '#/$defs/Gone' points to nothing"),
+        ([{"$ref": "#/$defs/Loop"}], "allOf parts refer to each other in a cycle"),
+        (
+            [{"properties": {"k": {"type": "string"}}}, {"properties": {"k": {"type": "null"}}}],
+            "allOf parts define property 'k' differently",
+        ),
+    ],
+)
+def test_all_of_parts_that_conflict_are_refused(parts: list[Any], why: str) -> None:
+    look = _defs(Loop={"allOf": [{"$ref": "#/$defs/Loop"}]})
+    with pytest.raises(Conflict, match=re.escape(why)):
+        merge_all_of({"allOf": parts}, look)
+
+
+@pytest.mark.parametrize(
+    ("branches", "means_any_of"),
+    [
+        ([False, {"type": "string"}], True),
+        ([{"const": True}, {"const": False}], True),
+        ([{"const": [1]}, {"const": {"a": 1}}], True),
+        ([{"$ref": "#/$defs/Cat"}, {"$ref": "#/$defs/Dog"}], True),
+        ([{"$ref": "#/$defs/Cat"}, {"$ref": "#/$defs/Gone"}], False),
+        ([{"anyOf": [{"type": "string"}, {"type": "null"}]}, {"type": "integer"}], True),
+        ([{"anyOf": [{"type": "string"}, {"type": "null"}]}, {"type": "null"}], False),
+        ([{"allOf": [{"type": "string"}]}, {"type": "integer"}], True),
+        ([{"$ref": "#/$defs/Few", "enum": ["x"]}, {"enum": ["y", "z"]}], True),
+        ([{"$ref": "#/$defs/Gone"}, {"type": "string"}], False),
+        ([True, {"type": "string"}], False),
+        ([{"enum": [1.0, 2]}, {"type": "integer"}], True),
+    ],
+)
+def test_which_one_ofs_mean_any_of_through_refs(branches: list[Any], means_any_of: bool) -> None:
+    pet = {"type": "object", "required": ["kind"]}
+    look = _defs(
+        Cat={**pet, "properties": {"kind": {"const": "cat"}}},
+        Dog={**pet, "properties": {"kind": {"enum": ["dog"]}}},
+        Few={"enum": ["x", "y"]},
+    )
+    assert one_of_means_any_of(branches, look) is means_any_of

@@ -13,9 +13,9 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from typing import Any
-from urllib.parse import quote, unquote
+from urllib.parse import unquote
 
-__all__ = ["is_local", "pointer_to", "resolve", "tokens"]
+__all__ = ["is_local", "resolve", "tokens"]
 
 _INDEX = re.compile(r"0|[1-9][0-9]*")
 
@@ -47,11 +47,3 @@ def resolve(document: Any, ref: str) -> Any:
         else:
             raise LookupError(ref)
     return node
-
-
-def pointer_to(*tokens: str) -> str:
-    """The local reference to ``tokens`` (escaped, and percent-encoded where a URI needs it)."""
-    escaped = (
-        quote(t.replace("~", "~0").replace("/", "~1"), safe="~!$&'()*+,;=:@") for t in tokens
-    )
-    return "#/" + "/".join(escaped)
