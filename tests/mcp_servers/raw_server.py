@@ -10,8 +10,10 @@ Its tools carry the schema shapes real servers send (``SCHEMAS``): an
 repeated branch, a union of object schemas, and a ``oneOf`` of objects told
 apart by a ``const`` (every call echoes its arguments as JSON text). Three
 more fail on purpose: ``broken`` answers JSON-RPC error -32603 (the tool
-failed inside the server), ``chatty`` writes a line that is not JSON to
-stdout before it answers, and ``die`` kills the server with SIGKILL.
+failed inside the server), ``picky`` error -32602 (the server rejects the
+call), ``chatty`` writes a line that is not JSON to stdout before it
+answers, and ``die`` kills the server with SIGKILL. ``overlap`` has a
+``oneOf`` whose branches overlap (``UNPORTABLE``): it cannot be registered.
 """
 
 from __future__ import annotations
@@ -61,9 +63,12 @@ SCHEMAS: dict[str, dict[str, Any]] = {
     },
     "tagged": {**_object(shape={"oneOf": [CIRCLE, SQUARE]}), "required": ["shape"]},
     "broken": _object(),
+    "picky": _object(),
     "chatty": _object(),
     "die": _object(),
 }
+#: A tool whose schema no provider-accepted form says exactly: it is refused.
+UNPORTABLE = {"overlap": _object(v={"oneOf": [{"type": "string"}, {"maxLength": 3}]})}
 
 
 def _answer(message_id: Any, result: Any = None, error: dict[str, Any] | None = None) -> None:
@@ -81,6 +86,8 @@ def _call(message_id: Any, params: dict[str, Any]) -> None:
     arguments = params.get("arguments") or {}
     if name == "broken":
         _answer(message_id, error={"code": -32603, "message": "the disk is full"})
+    elif name == "picky":
+        _answer(message_id, error={"code": -32602, "message": "no calls on Sundays"})
     elif name == "die":
         os.kill(os.getpid(), signal.SIGKILL)
     else:
@@ -107,7 +114,7 @@ def _handle(message: dict[str, Any]) -> None:
     elif method == "tools/list":
         tools = [
             {"name": name, "description": f"The {name} tool.", "inputSchema": schema}
-            for name, schema in SCHEMAS.items()
+            for name, schema in {**SCHEMAS, **UNPORTABLE}.items()
         ]
         _answer(message_id, {"tools": tools})
     elif method == "tools/call":
