@@ -263,7 +263,7 @@ def execute(
     closing = False
     rt.in_flight += 1
     try:
-        running, convert = context.run(_open, rt, slot, report)
+        running, convert = _open(rt, slot, report)
         sent: object = None
         thrown: BaseException | None = None
         while True:

@@ -5,7 +5,8 @@ from __future__ import annotations
 import dis
 import inspect
 import types
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
@@ -75,9 +76,42 @@ class RegisteredTool:
     never_suspends: bool = False
     # Precomputed for routing, which runs per call.
     read_only: bool = attrs.field(init=False)
+    #: The top-level arguments the schema types as integers only: JSON Schema's
+    #: integer takes ``2.0``, and the tool is handed ``2`` (``integral_arguments``).
+    integers: tuple[str, ...] = attrs.field(init=False)
 
     def __attrs_post_init__(self) -> None:
         object.__setattr__(self, "read_only", self.definition.side_effects.is_read_only)
+        object.__setattr__(self, "integers", _integer_properties(self.definition.input_schema))
+
+
+def _integer_properties(schema: Mapping[str, Any]) -> tuple[str, ...]:
+    """The names of the top-level properties whose type admits integers and no
+    other number (``"integer"``, or a list of types with it and without ``"number"``)."""
+    properties = schema.get("properties")
+    if not isinstance(properties, Mapping):
+        return ()
+    found = []
+    for name, sub in properties.items():
+        kind = sub.get("type") if isinstance(sub, Mapping) else None
+        if kind == "integer" or (
+            isinstance(kind, list) and "integer" in kind and "number" not in kind
+        ):
+            found.append(name)
+    return tuple(found)
+
+
+def integral_arguments(entry: RegisteredTool, arguments: dict[str, Any]) -> dict[str, Any]:
+    """A validated call's arguments with ``2`` for ``2.0`` in every integer
+    argument: the same dict if none needs it, else a copy (never the host's)."""
+    converted = arguments
+    for name in entry.integers:
+        value = arguments.get(name)
+        if type(value) is float:
+            if converted is arguments:
+                converted = dict(arguments)
+            converted[name] = int(value)
+    return converted
 
 
 @attrs.define(eq=False)

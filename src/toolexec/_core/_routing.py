@@ -26,6 +26,7 @@ from .._gate._hooks import Rewrite, Skip
 from .._gate._policy import HOST, HOST_GRANT, Allow, Ask, Deny
 from . import _messages as say
 from ._lifecycle import CallSlot, State, error_result
+from ._registry import integral_arguments
 from ._types import ErrorClass, RoutingClass, SideEffects
 
 if TYPE_CHECKING:
@@ -102,13 +103,16 @@ class Planner:
         return None
 
     def _validate(self, slot: CallSlot, *, rewritten: bool = False) -> ToolResult | None:
-        assert slot.entry is not None
+        entry = slot.entry
+        assert entry is not None
         try:
-            if slot.entry.schema.is_valid(slot.arguments):
+            if entry.schema.is_valid(slot.arguments):
+                if entry.integers:
+                    slot.arguments = integral_arguments(entry, slot.arguments)
                 return None
         except (TypeError, ValueError):
             pass  # a value JSON has no type for: violations_of words it
-        violations = violations_of(slot.entry, slot.arguments)
+        violations = violations_of(entry, slot.arguments)
         if not violations:
             return None
         text = say.invalid(slot.call.name, violations, rewritten=rewritten)

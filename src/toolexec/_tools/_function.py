@@ -132,11 +132,10 @@ class FunctionTool:
     def bare(self) -> Callable[..., Awaitable[Any]] | None:
         """What a call awaits, when a call is just ``await bare(**arguments)``.
 
-        That is an async function taking no context and no typed values
-        (the function itself), or only ints (the function behind a plain
-        call that turns an integral float into an int); the executor then
-        awaits it directly and converts its value with ``output``. ``None``
-        for any other function.
+        That is an async function taking no context and no typed values but
+        top-level ints (the executor hands those ``2`` for ``2.0`` itself);
+        the executor then awaits it directly and converts its value with
+        ``output``. ``None`` for any other function.
         """
         return self._bare
 
@@ -183,23 +182,14 @@ def _bare(
     ctx_param: str | None,
     converters: tuple[tuple[str, Converter], ...],
 ) -> Callable[..., Awaitable[Any]] | None:
-    """``FunctionTool.bare``: ``fn``, or ``fn`` behind the int conversion, or ``None``."""
+    """``FunctionTool.bare``: ``fn`` when a call is just ``await fn(**arguments)``, or ``None``."""
     if not is_async or ctx_param is not None:
         return None
-    if not converters:
+    if all(convert is integral for _, convert in converters):
+        # Top-level ints only: the executor hands a validated call ``2`` for
+        # ``2.0`` in every integer argument (``RegisteredTool.integers``).
         return fn
-    if any(convert is not integral for _, convert in converters):
-        return None
-    names = tuple(name for name, _ in converters)
-
-    def with_ints(**arguments: Any) -> Awaitable[Any]:  # a fresh dict: ours to change
-        for name in names:
-            value = arguments.get(name)
-            if type(value) is float:
-                arguments[name] = integral(value)
-        return fn(**arguments)  # type: ignore[no-any-return]
-
-    return with_ints
+    return None
 
 
 def _to_output(value: Any, name: str) -> ToolOutput:
