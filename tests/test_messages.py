@@ -329,3 +329,21 @@ def test_no_message_is_longer_than_the_bound(
     assert messages
     for message in messages:
         assert len(message) <= MESSAGE_CHARS
+
+
+def test_a_remote_wire_error_quoting_a_huge_value_is_bounded() -> None:
+    """What a peer sends comes back in the remote protocol's refusals bounded too."""
+    from toolexec._backends._remote_wire import WireError, parse_request
+    from toolexec._core._messages import MESSAGE_CHARS
+
+    huge = "x" * 10_000_000
+    with pytest.raises(WireError) as caught:
+        parse_request(
+            (
+                '{"id": "1", "call_id": "c", "tool": "t", "arguments": {}, "timeout": "'
+                + huge
+                + '"}'
+            ).encode()
+        )
+    assert len(str(caught.value)) <= MESSAGE_CHARS
+    assert len(str(WireError("y" * 10_000_000))) <= MESSAGE_CHARS

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from .._core._json_bounds import JsonBoundsError, loads_bounded
+from .._core._messages import bounded
 from .._core._types import (
     ContentBlock,
     ErrorClass,
@@ -66,7 +67,14 @@ MAX_LINE_BYTES = 1024 * 1024
 
 
 class WireError(ValueError):
-    """A message that does not follow the protocol; the text says what is wrong."""
+    """A message that does not follow the protocol; the text says what is wrong.
+
+    The text quotes what the peer sent, so it is bounded as every message
+    toolexec sends is (``MESSAGE_CHARS``, its two ends kept).
+    """
+
+    def __init__(self, message: str) -> None:
+        super().__init__(bounded(message))
 
 
 @attrs.frozen
