@@ -20,8 +20,19 @@ as wide as the batch, with no routing, validation or results):
    under ``trio.move_on_after``), as every executor call has one: the part
    of the executor's excess a per-call deadline costs in trio itself.
 
-Each figure is the median of several repeats, the two sides interleaved so
-that machine noise hits both alike. The table prints absolute numbers, the
+In the same rounds as (1), for each N, two more sides are timed against
+the bare executor of that round (a second table):
+
+4. the gate: the same calls through an executor with a ``RulePolicy`` of 20
+   rules (the call matching the last; one rule before it checks the path
+   argument) and ``ApprovalConfig.auto()`` with an approver, target <= 1.25x
+   at N = 10, 100, 1000;
+5. an agent turn: ``AgentLoop.run`` whose model asks for the N calls, then
+   answers when shown their results (one loop per run), target <= 2x at
+   N = 1 (the per-turn cost outside the batch).
+
+Each figure is the median of several repeats, the sides interleaved so
+that machine noise hits them alike. The table prints absolute numbers, the
 executor/floor ratio and its target, and the load average around the run.
 """
 
@@ -41,6 +52,7 @@ import trio
 import trio.testing
 
 from toolexec import (
+    AgentLoop,
     ConcurrencyConfig,
     SideEffects,
     ToolCall,
@@ -48,9 +60,15 @@ from toolexec import (
     ToolRegistry,
     function_tool,
 )
+from toolexec.approval import ApprovalConfig, AutoApprover
+from toolexec.models import ModelResponse
+from toolexec.policy import CommandPrefix, PathGlob, Rule, RulePolicy
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable
+    from collections.abc import Awaitable, Callable, Sequence
+
+    from toolexec import ToolDefinition
+    from toolexec.models import Message
 
 SIZES = (1, 10, 100, 1000)
 CALLS_PER_SAMPLE = 2000  # small batches are repeated so a sample lasts long enough
@@ -63,6 +81,8 @@ FALLBACK_OVERHEAD = 1.5  # ... and at most 1.5x while 1.0x cannot be reached
 DEADLINE_SECONDS = 60.0  # the reference floor's per-call deadline (never reached)
 TARGET_SLEEP = 1.2  # 100 x 10 ms batch within 1.2x of the uncapped floor's wall time
 TARGET_MEMORY = 1.2  # memory per in-flight call <= 1.2x the floor's
+TARGET_GATE = 1.25  # gated (20 rules, auto approval) per-call time <= 1.25x the bare executor's
+TARGET_TURN = 2.0  # an agent turn of one call <= 2x execute_batch of that call
 
 
 async def noop(path: str, limit: int = 10) -> str:
@@ -97,6 +117,44 @@ def make_executor(config: ConcurrencyConfig | None = None) -> ToolExecutor:
     for fn in (noop, noop_awaiting, nap, park):
         registry.register(function_tool(side_effects=SideEffects.READ)(fn))
     return ToolExecutor(registry, config or ConcurrencyConfig())
+
+
+def twenty_rules() -> RulePolicy:
+    """A policy as a deployment writes one: the no-op call matches the last of 20 rules.
+
+    Rules for other tools come first (path denials, shell command prefixes),
+    then one that denies the no-op a directory by its path argument, then
+    the rule that allows it.
+    """
+    rules = [Rule("deny", f"tool_{i}", {"path": PathGlob(f"secret_{i}/**")}) for i in range(9)]
+    rules += [Rule("ask", "shell", {"command": CommandPrefix(f"cmd{i}")}) for i in range(9)]
+    rules.append(Rule("deny", "noop*", {"path": PathGlob(".git/**")}, "never .git"))
+    rules.append(Rule("allow", "noop*"))
+    return RulePolicy(rules, default="deny")
+
+
+def make_gated_executor() -> ToolExecutor:
+    """The executor behind a 20-rule policy, every call approved automatically."""
+    registry = ToolRegistry()
+    for fn in (noop, noop_awaiting):
+        registry.register(function_tool(side_effects=SideEffects.READ)(fn))
+    return ToolExecutor(
+        registry, policy=twenty_rules(), approver=AutoApprover(), approval=ApprovalConfig.auto()
+    )
+
+
+class TurnModel:
+    """A model that asks for ``calls`` and, when shown their results, answers."""
+
+    def __init__(self, calls: Sequence[ToolCall]) -> None:
+        self.ask = ModelResponse(tool_calls=tuple(calls))
+        self.done = ModelResponse("done")
+
+    async def respond(
+        self, messages: Sequence[Message], tools: Sequence[ToolDefinition]
+    ) -> ModelResponse:
+        """The calls after the user's prompt, the answer after their results."""
+        return self.done if messages[-1].role == "tool" else self.ask
 
 
 def make_calls(name: str, n: int) -> list[ToolCall]:
@@ -145,25 +203,32 @@ async def time_batches(run_once: Callable[[], Awaitable[object]], batches: int) 
 
 
 async def per_call(
-    n: int, repeats: int, tool: Callable[..., Awaitable[str]] = noop
-) -> tuple[float, float]:
-    """Median seconds per call for the executor and the floor, batches of ``n``."""
+    n: int, repeats: int, tool: Callable[..., Awaitable[str]] = noop, *, gate: bool = False
+) -> dict[str, float]:
+    """Median seconds per call, batches of ``n``: ``executor`` and ``floor``; with
+    ``gate``, also ``gated`` (``make_gated_executor``) and ``agent`` (an
+    ``AgentLoop.run`` whose model asks for the batch in one turn, then answers).
+    """
     executor = make_executor()
     limiter = trio.CapacityLimiter(n)
     calls = make_calls(tool.__name__, n)
     batches = max(1, CALLS_PER_SAMPLE // n)
-    ours: list[float] = []
-    floor: list[float] = []
-    await executor.execute_batch(calls)  # warm up both paths
-    await floor_batch(tool, calls, limiter)
-    for i in range(repeats):  # interleave (and alternate who goes first) against drift
-        sides = [
-            (ours, lambda: executor.execute_batch(calls)),
-            (floor, lambda: floor_batch(tool, calls, limiter)),
-        ]
-        for samples, run in sides if i % 2 == 0 else sides[::-1]:
-            samples.append(await time_batches(run, batches))
-    return statistics.median(ours) / (batches * n), statistics.median(floor) / (batches * n)
+    sides: dict[str, Callable[[], Awaitable[object]]] = {
+        "executor": lambda: executor.execute_batch(calls),
+        "floor": lambda: floor_batch(tool, calls, limiter),
+    }
+    if gate:
+        gated, model = make_gated_executor(), TurnModel(calls)
+        sides["gated"] = lambda: gated.execute_batch(calls)
+        sides["agent"] = lambda: AgentLoop(model, executor).run("go")
+    samples: dict[str, list[float]] = {name: [] for name in sides}
+    for run in sides.values():  # warm up every path
+        await run()
+    order = list(sides)
+    for i in range(repeats):  # interleave (and rotate who goes first) against drift
+        for name in order[i % len(order) :] + order[: i % len(order)]:
+            samples[name].append(await time_batches(sides[name], batches))
+    return {name: statistics.median(xs) / (batches * n) for name, xs in samples.items()}
 
 
 async def sleep_wall(repeats: int) -> tuple[float, float]:
@@ -240,15 +305,18 @@ async def main(repeats: int) -> None:
     )
     print()
     print(f"{'measurement':<34}{'executor':>12}{'floor':>12}{'ratio':>8}  target")
+    by_size = {}
     for n in SIZES:
-        ours, floor = await per_call(n, repeats)
+        by_size[n] = times = await per_call(n, repeats, gate=True)
+        ours, floor = times["executor"], times["floor"]
         ratio = ours / floor
         target = verdict(ratio, TARGET_OVERHEAD, FALLBACK_OVERHEAD) if n > 1 else ""
         label = f"no-op call, N={n} (us/call)"
         print(f"{label:<34}{ours * 1e6:>12.1f}{floor * 1e6:>12.1f}{ratio:>7.2f}x  {target}")
     # A tool with an await in its body may block, so its run keeps a nursery
     # ready to hire workers (the no-op above has none, and its runs need none).
-    ours, floor = await per_call(10, repeats, noop_awaiting)
+    times = await per_call(10, repeats, noop_awaiting)
+    ours, floor = times["executor"], times["floor"]
     label = "no-op with an await, N=10"
     print(f"{label:<34}{ours * 1e6:>12.1f}{floor * 1e6:>12.1f}{ours / floor:>7.2f}x")
     ours, floor = await sleep_wall(repeats)
@@ -275,7 +343,32 @@ async def main(repeats: int) -> None:
         f"  (a per-call deadline costs the floor {deadline_peak - floor_peak:.0f} B/call "
         "in trio: its cancel scope and cancel status)"
     )
+    print()
+    print_gate_and_turn(by_size)
     print(f"\nload average after: {load()}")
+
+
+def print_gate_and_turn(by_size: dict[int, dict[str, float]]) -> None:
+    """The gate and the agent turn, each against the bare executor of the same run."""
+    print(
+        f"{'same runs, against the executor':<34}{'this':>12}{'executor':>12}{'ratio':>8}  target"
+    )
+    for n, times in by_size.items():
+        ratio = times["gated"] / times["executor"]
+        target = verdict(ratio, TARGET_GATE) if n > 1 else ""
+        label = f"gate 20 rules + auto, N={n}"
+        print(
+            f"{label:<34}{times['gated'] * 1e6:>12.1f}{times['executor'] * 1e6:>12.1f}"
+            f"{ratio:>7.2f}x  {target}"
+        )
+    for n, times in by_size.items():
+        ratio = times["agent"] / times["executor"]
+        target = verdict(ratio, TARGET_TURN) if n == 1 else ""
+        label = f"AgentLoop.run turn, N={n}"
+        print(
+            f"{label:<34}{times['agent'] * 1e6:>12.1f}{times['executor'] * 1e6:>12.1f}"
+            f"{ratio:>7.2f}x  {target}"
+        )
 
 
 if __name__ == "__main__":
