@@ -20,6 +20,7 @@ import pytest
 import trio
 from hypothesis import HealthCheck, settings
 
+import _pg
 from toolexec import (
     Batch,
     SideEffects,
@@ -335,3 +336,19 @@ async def cancels_its_batch() -> str:
         await trio.sleep_forever()
     finally:
         BATCHES[0].cancel()
+
+
+@pytest.fixture(scope="session")
+def pg_cluster() -> Iterator[_pg.Cluster]:
+    """A PostgreSQL cluster for this test process (``_pg``); skips where there is none."""
+    reason = _pg.missing()
+    if reason is not None:
+        pytest.skip(reason)
+    with _pg.running_cluster() as cluster:
+        yield cluster
+
+
+@pytest.fixture
+def pg_dsn(pg_cluster: _pg.Cluster) -> str:
+    """The connection string of a fresh, empty PostgreSQL database for one test."""
+    return pg_cluster.create_database()

@@ -126,6 +126,7 @@ OPTIONAL_SDKS = (
     "langgraph",
     "mcp",
     "openai",
+    "psycopg",
     "pydantic_ai",
     "ray",
     "wasmtime",
