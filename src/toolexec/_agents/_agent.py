@@ -19,6 +19,7 @@ in flight is cancelled in an orderly way, so every call still gets its
 
 from __future__ import annotations
 
+import contextvars
 import enum
 import itertools
 import secrets
@@ -202,15 +203,32 @@ class AgentLoop:
             self.on_progress(f"turn {turn}: answered")
 
 
+#: Whether this task runs a loop's batch (and so, a tool call of that batch).
+_IN_A_BATCH = contextvars.ContextVar("toolexec_in_a_batch", default=False)
+
+
 async def run_batch(batch: Batch) -> BatchOutcome:
     """Run a batch so that outside cancellation still gives every call its result.
 
-    The batch runs shielded in a task of its own; if this task is cancelled
-    (or interrupted), the batch is cancelled through its own scope, which
-    answers every unfinished call ``cancelled`` and ends its tasks; only
-    then does the cancellation propagate. Deadlines inside the batch (each
-    call's timeout) still apply: the shield only stops *outer* cancellation.
+    Outside any loop's batch, the batch runs in this task (which has nothing
+    else to do): on an outside cancel, ``Batch.run`` itself answers every
+    unfinished call ``cancelled`` once its tasks have ended.
+
+    Inside a tool call of a loop's batch, this task is a worker holding a
+    permit, maybe of a pool the batch shares (the tree's read pool, or the
+    same executor's), so the batch runs shielded in a task of its own, a
+    borrower of its own; if this task is cancelled (or interrupted), the
+    batch is cancelled through its own scope, which answers every
+    unfinished call ``cancelled`` and ends its tasks; only then does the
+    cancellation propagate. Deadlines inside the batch (each call's
+    timeout) still apply: the shield only stops *outer* cancellation.
     """
+    if not _IN_A_BATCH.get():
+        token = _IN_A_BATCH.set(True)  # seen by the tools this batch runs
+        try:
+            return await batch.run()
+        finally:
+            _IN_A_BATCH.reset(token)
     box: list[BatchOutcome] = []
     done = trio.Event()
 
