@@ -40,6 +40,8 @@ FOLDERS: dict[str, str] = {
     # Integrations: backends, IPC, provider formats and adapters, MCP, OpenAPI,
     # the testing aids.
     "_backends": "integrations",
+    # Durable execution: the journal stores (the protocol is the core's).
+    "_durable": "integrations",
     "_ipc": "integrations",
     "_adapters": "integrations",
     "mcp": "integrations",

@@ -1,0 +1,1 @@
+"""Durable execution: journal stores and the tools around them (docs/durable.md)."""
