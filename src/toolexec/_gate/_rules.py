@@ -23,7 +23,7 @@ import posixpath
 import re
 import shlex
 import tomllib
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
@@ -148,6 +148,10 @@ class CommandPrefix:
     """
 
     words: str = attrs.field(converter=_command_words)
+    _want: list[str] = attrs.field(init=False, repr=False, eq=False)
+
+    def __attrs_post_init__(self) -> None:
+        object.__setattr__(self, "_want", shlex.split(self.words))
 
     def matches(self, value: Any) -> bool:
         """Whether the value is an operator-free command starting with the words."""
@@ -157,7 +161,7 @@ class CommandPrefix:
             parts = shlex.split(value)
         except ValueError:
             return False
-        want = shlex.split(self.words)
+        want = self._want
         return parts[: len(want)] == want
 
 
@@ -236,10 +240,14 @@ class Rule:
     limits: Mapping[str, Any] = attrs.field(factory=dict, kw_only=True, validator=_limits)
     _exact: bool = attrs.field(init=False, repr=False, eq=False)
     _tool_regex: re.Pattern[str] = attrs.field(init=False, repr=False, eq=False)
+    # The decision, made once (decisions are frozen), unless it hands out limits:
+    # each call gets its own copy of those.
+    _decision: Decision | None = attrs.field(init=False, repr=False, eq=False)
 
     def __attrs_post_init__(self) -> None:
         object.__setattr__(self, "_exact", not any(c in self.tool for c in "*?"))
         object.__setattr__(self, "_tool_regex", tool_regex(self.tool))
+        object.__setattr__(self, "_decision", None if self.limits else self._decide())
 
     def could_match(self, tool: str) -> bool:
         """Whether the tool pattern matches (the arguments aside)."""
@@ -259,6 +267,9 @@ class Rule:
 
     def decision(self) -> Decision:
         """The decision this rule gives."""
+        return self._decision or self._decide()
+
+    def _decide(self) -> Decision:
         if self.action == "deny":
             return _deny(self.reason or f"the rule for '{self.tool}' denies it")
         if self.sandbox is None and not self.limits:
@@ -288,6 +299,46 @@ def _matcher_from(spec: Any, where: str) -> Matcher:
     except (TypeError, ValueError, re.error) as exc:
         raise ValueError(f"{where}.{kind}: {exc}") from None
     return matcher
+
+
+@attrs.frozen
+class _ToolRules:
+    """A ``RulePolicy``'s rules for one tool name, in their order.
+
+    ``checks``: the rules that look at arguments, each with its argument
+    names and compiled matchers, up to ``then``: the first rule that does
+    not (it matches every call of the tool; ``None``: the default decides).
+    A tool whose first rule looks at no argument has no checks: its decision
+    is the same for every call.
+    """
+
+    checks: tuple[tuple[tuple[tuple[str, Callable[[Any], bool]], ...], Rule], ...]
+    then: Rule | None
+
+    @classmethod
+    def of(cls, name: str, rules: Iterable[Rule]) -> _ToolRules:
+        checks: list[tuple[tuple[tuple[str, Callable[[Any], bool]], ...], Rule]] = []
+        for rule in rules:
+            if not rule.could_match(name):
+                continue
+            if not rule.args:
+                return cls(tuple(checks), rule)
+            checks.append((tuple((k, m.matches) for k, m in rule.args.items()), rule))
+        return cls(tuple(checks), None)
+
+
+def _resolved(
+    workspace: PathResolver, definition: ToolDefinition, arguments: Mapping[str, Any]
+) -> dict[str, Any]:
+    """The arguments with each path argument as the workspace-relative path it leads to."""
+    arguments = dict(arguments)
+    for arg in definition.path_arguments:
+        value = arguments.get(arg)
+        if isinstance(value, str):
+            where = _where(workspace, value)
+            if isinstance(where, str):  # else the workspace refuses it anyway
+                arguments[arg] = where
+    return arguments
 
 
 def _rule_tuple(rules: Sequence[Rule]) -> tuple[Rule, ...]:
@@ -321,34 +372,37 @@ class RulePolicy:
     rules: Sequence[Rule] = attrs.field(converter=_rule_tuple)
     default: Action = attrs.field(default="allow", validator=_action)
     workspace: PathResolver | None = attrs.field(default=None, kw_only=True)
-    _by_tool: dict[str, tuple[Rule, ...]] = attrs.field(
-        factory=dict, init=False, repr=False, eq=False
-    )
+    _by_tool: dict[str, _ToolRules] = attrs.field(factory=dict, init=False, repr=False, eq=False)
+    _otherwise: Decision = attrs.field(init=False, repr=False, eq=False)
+
+    def __attrs_post_init__(self) -> None:
+        if self.default == "allow":
+            otherwise: Decision = ALLOW
+        elif self.default == "deny":
+            otherwise = _deny("no rule allows it")
+        else:
+            otherwise = Ask("no rule matched")
+        object.__setattr__(self, "_otherwise", otherwise)
 
     def decide(
         self, definition: ToolDefinition, arguments: Mapping[str, Any], agent_path: str
     ) -> Decision:
         """The decision of the first matching rule, else the default."""
         name = definition.name
-        candidates = self._by_tool.get(name)
-        if candidates is None:  # first call of this tool: keep only rules naming it
-            candidates = tuple(r for r in self.rules if r.could_match(name))
-            self._by_tool[name] = candidates
-        workspace = self.workspace or definition.workspace
-        if candidates and workspace is not None and definition.path_arguments:
-            arguments = dict(arguments)
-            for arg in definition.path_arguments:
-                value = arguments.get(arg)
-                if isinstance(value, str):
-                    where = _where(workspace, value)
-                    if isinstance(where, str):  # else the workspace refuses it anyway
-                        arguments[arg] = where
-        for rule in candidates:
-            if rule.matches(name, arguments):
-                return rule.decision()
-        if self.default == "allow":
-            return ALLOW
-        return _deny("no rule allows it") if self.default == "deny" else Ask("no rule matched")
+        rules = self._by_tool.get(name)
+        if rules is None:  # first call of this tool
+            rules = self._by_tool[name] = _ToolRules.of(name, self.rules)
+        if rules.checks:
+            workspace = self.workspace or definition.workspace
+            if workspace is not None and definition.path_arguments:
+                arguments = _resolved(workspace, definition, arguments)
+            for checks, rule in rules.checks:
+                for arg, matches in checks:
+                    if arg not in arguments or not matches(arguments[arg]):
+                        break
+                else:
+                    return rule.decision()
+        return self._otherwise if rules.then is None else rules.then.decision()
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> RulePolicy:
