@@ -56,6 +56,22 @@ class Planner:
     promoted: frozenset[str]
     agent_path: str
     backends: Mapping[str, Backend]
+    # Whether every approval mode is ``auto`` (or nothing is configured): then
+    # only a policy's ``Ask`` makes a call wait, and a call costs no lookup.
+    _auto_only: bool = attrs.field(init=False)
+
+    def __attrs_post_init__(self) -> None:
+        approval = self.approval
+        modes = (
+            ()
+            if approval is None
+            else (
+                *approval.modes.values(),
+                *approval.per_tool.values(),
+                *approval.trusted_modes.values(),
+            )
+        )
+        object.__setattr__(self, "_auto_only", all(m is ApprovalMode.AUTO for m in modes))
 
     def plan_call(self, slot: CallSlot) -> None:
         """Answer the call at once, or route it and queue it."""
@@ -169,8 +185,8 @@ class Planner:
         return None
 
     def _approval_mode(self, slot: CallSlot) -> ToolResult | None:
-        if self.approval is None and slot.needs_approval is None:
-            return None  # nobody to ask, and the policy did not ask
+        if slot.needs_approval is None and self._auto_only:
+            return None  # every mode is auto, and the policy did not ask
         assert slot.entry is not None
         definition = slot.entry.definition
         mode = ApprovalMode.AUTO
