@@ -41,8 +41,19 @@ def _sqlite(request: pytest.FixtureRequest, tmp_path: Path) -> JournalStore:
     return SQLiteStore(tmp_path / "journal.db")
 
 
+def _postgres(request: pytest.FixtureRequest, tmp_path: Path) -> JournalStore:
+    from toolexec._durable._postgres import PostgresStore
+
+    # The hosts' clock, as the tests here state times; the server's clock is
+    # tested in test_durable_postgres.py.
+    return PostgresStore(request.getfixturevalue("pg_dsn"), clock="host")
+
+
 #: Store kind -> factory. Another store's tests add theirs here.
-STORES: dict[str, Callable[[pytest.FixtureRequest, Path], JournalStore]] = {"sqlite": _sqlite}
+STORES: dict[str, Callable[[pytest.FixtureRequest, Path], JournalStore]] = {
+    "sqlite": _sqlite,
+    "postgres": _postgres,
+}
 
 
 @pytest.fixture(params=sorted(STORES))

@@ -1,0 +1,440 @@
+"""The PostgreSQL journal store: one database that several hosts share.
+
+Theory of operation.
+
+*Group commit.* A commit that must be on disk costs a flush of the
+server's log, milliseconds, so the store never commits once per call. Every
+method queues an operation; the first caller to find no flush in progress
+becomes the flusher: it takes everything queued and applies it in one
+transaction on a worker thread (``trio.to_thread``; psycopg's own async
+side is asyncio-only), then wakes the callers whose operations that flush
+carried. Calls that finish together share one commit, however many there
+are; one caller alone pays one commit, as it would anyway.
+
+*No deadlock between hosts.* A flush takes every row lock it needs in one
+statement, in key order: it inserts a placeholder row for any key it does
+not find and returns the current row of each (``INSERT ... ON CONFLICT DO
+UPDATE ... RETURNING``, sorted). Every later statement of the transaction
+touches only rows it already holds. Two hosts that lock in the same order
+cannot wait on each other in a cycle. Renewals and answers run in
+transactions of their own, locking in key order too.
+
+*Claims.* ``claim`` decides with ``claimable`` (the one rule, in
+``_core._journal``) on the locked row, so no other host can change it
+between the check and the write.
+
+*Whose clock.* A lease is measured by the server's clock by default
+(``clock="server"``): a host's lease of ``lease_until - now`` seconds is
+stored as the server's time plus that length, and a lease is live while
+the server's time is before it, so hosts whose clocks disagree still agree
+on whose lease is live. ``clock="host"`` stores and compares the hosts'
+own times, as the protocol states them (and as the SQLite store does).
+
+*A failed flush.* If a flush's transaction fails (a value PostgreSQL cannot
+hold, a lost connection), each of its operations is applied again in a
+transaction of its own, so one bad record fails its own caller only. A lost
+connection is reopened by the next flush.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from typing import TYPE_CHECKING, Any, Literal
+
+import attrs
+import trio
+
+from .._core._journal import CallKey, CallRecord, Phase, claimable
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+
+    import psycopg
+
+__all__ = ["PostgresStore"]
+
+_KEY_COLUMNS = ("session", "agent_path", "batch", "call_id")
+_COLUMNS = (
+    "session, agent_path, batch, call_id, phase, idx, tool, arguments, grant_json, rerun,"
+    " attempt, lease_owner, lease_until, result, question, deadline, answer"
+)
+
+_SCHEMA = """
+SELECT pg_advisory_xact_lock(hashtext('toolexec_calls'));
+CREATE TABLE IF NOT EXISTS toolexec_calls (
+    session text NOT NULL,
+    agent_path text NOT NULL,
+    batch text NOT NULL,
+    call_id text NOT NULL,
+    phase smallint NOT NULL DEFAULT 0,
+    idx integer NOT NULL DEFAULT 0,
+    tool text NOT NULL DEFAULT '',
+    arguments text NOT NULL DEFAULT '{}',
+    grant_json text,
+    rerun boolean NOT NULL DEFAULT false,
+    attempt integer NOT NULL DEFAULT 0,
+    lease_owner text,
+    lease_until double precision,
+    result text,
+    question text,
+    deadline double precision,
+    answer text,
+    PRIMARY KEY (session, agent_path, batch, call_id)
+);
+CREATE INDEX IF NOT EXISTS toolexec_calls_open_questions ON toolexec_calls (session)
+    WHERE question IS NOT NULL AND answer IS NULL AND phase < 2;
+"""
+
+_SERVER_NOW = "extract(epoch FROM clock_timestamp())::float8"
+_KEYS = (
+    "unnest(%s::text[], %s::text[], %s::text[], %s::text[])"
+    " AS u(session, agent_path, batch, call_id)"
+)
+_MATCH = " AND ".join(f"t.{c} = u.{c}" for c in _KEY_COLUMNS)
+
+# Lock (creating a placeholder where none exists) and read every row a flush touches, in key order.
+_LOCK = f"""
+INSERT INTO toolexec_calls AS t (session, agent_path, batch, call_id)
+SELECT * FROM {_KEYS} ORDER BY 1, 2, 3, 4
+ON CONFLICT (session, agent_path, batch, call_id) DO UPDATE SET phase = t.phase
+RETURNING {_COLUMNS}, {_SERVER_NOW}
+"""
+
+# The merge of JournalStore.write, on rows the flush already holds.
+_MERGE = f"""
+UPDATE toolexec_calls AS t SET
+    phase = GREATEST(t.phase, u.phase),
+    idx = u.idx,
+    tool = u.tool,
+    arguments = u.arguments,
+    grant_json = COALESCE(u.grant_json, t.grant_json),
+    rerun = u.rerun,
+    attempt = GREATEST(t.attempt, u.attempt),
+    lease_owner = COALESCE(u.lease_owner, t.lease_owner),
+    lease_until = COALESCE(u.lease_until, t.lease_until),
+    result = COALESCE(u.result, t.result),
+    question = COALESCE(u.question, t.question),
+    deadline = COALESCE(u.deadline, t.deadline)
+FROM unnest(
+    %s::text[], %s::text[], %s::text[], %s::text[], %s::int2[], %s::int4[], %s::text[],
+    %s::text[], %s::text[], %s::bool[], %s::int4[], %s::text[], %s::float8[], %s::text[],
+    %s::text[], %s::float8[]
+) AS u(session, agent_path, batch, call_id, phase, idx, tool, arguments, grant_json, rerun,
+       attempt, lease_owner, lease_until, result, question, deadline)
+WHERE {_MATCH}
+"""
+
+_RENEW = f"""
+WITH held AS (
+    SELECT t.session, t.agent_path, t.batch, t.call_id FROM toolexec_calls AS t JOIN {_KEYS}
+    ON {_MATCH} WHERE t.lease_owner = %s ORDER BY 1, 2, 3, 4 FOR UPDATE OF t
+)
+UPDATE toolexec_calls AS t SET lease_until = COALESCE(%s::float8, {_SERVER_NOW} + %s::float8)
+FROM held AS u WHERE {_MATCH}
+"""
+
+_ANSWER = f"""
+UPDATE toolexec_calls SET answer = %s
+WHERE {" AND ".join(f"{c} = %s" for c in _KEY_COLUMNS)}
+    AND question IS NOT NULL AND answer IS NULL AND phase < 2
+"""
+
+_SELECT = f"SELECT {_COLUMNS} FROM toolexec_calls"
+_OPEN_QUESTIONS = "question IS NOT NULL AND answer IS NULL AND phase < 2"
+_READS = {
+    "load": f"{_SELECT} WHERE session = %s",
+    "get": f"{_SELECT} WHERE {' AND '.join(f'{c} = %s' for c in _KEY_COLUMNS)}",
+    "questions": f"{_SELECT} WHERE {_OPEN_QUESTIONS}",
+    "session_questions": f"{_SELECT} WHERE {_OPEN_QUESTIONS} AND session = %s",
+}
+
+
+_Item = tuple["_Op", CallRecord]
+
+
+@attrs.define(eq=False)
+class _Op:
+    """One queued operation and, once a flush applied it, its outcome."""
+
+    kind: Literal["write", "claim", "read", "renew", "answer"]
+    args: tuple[Any, ...]
+    value: Any = None
+    error: Exception | None = None
+    done: bool = False
+
+    def outcome(self) -> Any:
+        """The operation's value, or the error that failed it."""
+        if self.error is not None:
+            raise self.error
+        return self.value
+
+
+class PostgresStore:
+    """A journal in a PostgreSQL database, shared by several hosts (docs/durable.md).
+
+    Needs the ``postgres`` extra (psycopg 3). The table ``toolexec_calls``
+    is created on first use. Hosts that share the database take turns on a
+    call through its lease: one host runs it, the others wait for its
+    result, and a call whose host stopped renewing its lease is treated as
+    interrupted.
+
+    Example::
+
+        store = PostgresStore("host=db.internal dbname=agents user=toolexec")
+
+    Args:
+        conninfo: a libpq connection string or URL.
+        clock: ``"server"`` (the default) measures leases by the database
+            server's clock, so hosts need not agree on the time;
+            ``"host"`` compares the hosts' own times.
+    """
+
+    def __init__(self, conninfo: str, *, clock: Literal["server", "host"] = "server") -> None:
+        if clock not in ("server", "host"):
+            raise ValueError(f"clock must be 'server' or 'host', got {clock!r}")
+        self.conninfo = conninfo
+        self.clock = clock
+        self._conn: psycopg.Connection[Any] | None = None
+        self._queue: list[_Op] = []
+        self._flushing = False
+        self._idle = trio.Event()
+
+    def __repr__(self) -> str:
+        return f"PostgresStore(clock={self.clock!r})"
+
+    # -- the protocol ------------------------------------------------------------
+
+    async def load(self, session: str) -> list[CallRecord]:
+        """Every record of ``session``."""
+        result: list[CallRecord] = await self._submit(_Op("read", ("load", (session,))))
+        return result
+
+    async def get(self, key: CallKey) -> CallRecord | None:
+        """The record of one call, or ``None``."""
+        rows: list[CallRecord] = await self._submit(_Op("read", ("get", _key(key))))
+        return rows[0] if rows else None
+
+    async def write(self, records: Sequence[CallRecord]) -> None:
+        """Merge ``records`` in, in one transaction shared with concurrent writers."""
+        if records:
+            await self._submit(_Op("write", (list(records), time.time())))
+
+    async def claim(self, record: CallRecord, now: float) -> CallRecord | None:
+        """Start the call for ``record.lease_owner`` unless it is finished or leased elsewhere."""
+        result: CallRecord | None = await self._submit(_Op("claim", (record, now)))
+        return result
+
+    async def renew(self, keys: Sequence[CallKey], owner: str, until: float) -> None:
+        """Extend ``owner``'s leases on ``keys`` to ``until``."""
+        if keys:
+            await self._submit(_Op("renew", (list(keys), owner, until, time.time())))
+
+    async def answer(self, key: CallKey, answer: str) -> bool:
+        """Answer the call's open question; whether this was its first answer."""
+        first: bool = await self._submit(_Op("answer", (key, answer)))
+        return first
+
+    async def questions(self, session: str | None = None) -> list[CallRecord]:
+        """Unanswered questions of unfinished calls."""
+        read = ("questions", ()) if session is None else ("session_questions", (session,))
+        result: list[CallRecord] = await self._submit(_Op("read", read))
+        return result
+
+    async def aclose(self) -> None:
+        """Close the connection."""
+        await trio.to_thread.run_sync(self._close)
+
+    # -- the queue (trio side) ------------------------------------------------------
+
+    async def _submit(self, op: _Op) -> Any:
+        self._queue.append(op)
+        try:
+            while not op.done:
+                if self._flushing:
+                    await self._idle.wait()
+                else:
+                    await self._flush_queue()
+        except trio.Cancelled:
+            if op in self._queue:  # not taken yet: it never happens
+                self._queue.remove(op)
+            raise
+        return op.outcome()
+
+    async def _flush_queue(self) -> None:
+        ops, self._queue = self._queue, []
+        self._flushing = True
+        try:
+            await trio.to_thread.run_sync(self._flush, ops)
+        finally:
+            self._flushing = False
+            idle, self._idle = self._idle, trio.Event()
+            idle.set()
+
+    # -- in the worker thread -------------------------------------------------------
+
+    def _flush(self, ops: list[_Op]) -> None:
+        grouped = [op for op in ops if op.kind in ("write", "claim", "read")]
+        if grouped and not self._transact(self._apply_group, grouped) and len(grouped) > 1:
+            for op in grouped:  # one bad operation fails its own caller only
+                self._transact(self._apply_group, [op])
+        for op in ops:
+            if op.kind == "renew":
+                self._transact(self._renew, [op])
+            elif op.kind == "answer":
+                self._transact(self._answer, [op])
+        for op in ops:
+            op.done = True
+
+    def _transact(
+        self, apply: Callable[[psycopg.Connection[Any], list[_Op]], None], ops: list[_Op]
+    ) -> bool:
+        """Apply ``ops`` in one transaction; on failure give each its error and say False."""
+        import psycopg
+
+        for op in ops:
+            op.value, op.error = None, None
+        try:
+            conn = self._connection()
+            with conn.transaction():
+                apply(conn, ops)
+        except Exception as exc:
+            if isinstance(exc, psycopg.OperationalError):
+                self._close()  # the next flush connects again
+            for op in ops:
+                op.value, op.error = None, exc
+            return False
+        return True
+
+    def _connection(self) -> psycopg.Connection[Any]:
+        import psycopg
+
+        if self._conn is None or self._conn.closed:
+            conn = psycopg.connect(self.conninfo)
+            with conn.transaction():
+                conn.execute(_SCHEMA)
+            self._conn = conn
+        return self._conn
+
+    def _close(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.close()
+
+    def _apply_group(self, conn: psycopg.Connection[Any], ops: list[_Op]) -> None:
+        for round_ in _rounds(ops):
+            self._apply_round(conn, round_)
+        for op in ops:
+            if op.kind == "read":
+                name, params = op.args
+                op.value = [_record(row) for row in conn.execute(_READS[name], params)]
+
+    def _apply_round(self, conn: psycopg.Connection[Any], items: list[_Item]) -> None:
+        """Lock the round's keys in order, decide its claims, merge its records."""
+        keys = sorted(_key(record.key) for _, record in items)
+        rows = conn.execute(_LOCK, _columns(keys, 4)).fetchall()
+        stored = {tuple(row[:4]): _record(row[:-1]) for row in rows}
+        server_now = max(row[-1] for row in rows)
+        merged: list[CallRecord] = []
+        for op, record in items:
+            host_now = op.args[-1]
+            if op.kind == "claim":
+                now = server_now if self.clock == "server" else host_now
+                found = stored[_key(record.key)]
+                if not claimable(found, record.lease_owner, now):
+                    op.value = found
+                    continue
+                record = attrs.evolve(record, phase=Phase.STARTED, attempt=found.attempt + 1)
+            merged.append(self._lease_on(record, server_now, host_now))
+        if merged:
+            conn.execute(_MERGE, _columns([_row(r) for r in merged], 16))
+
+    def _lease_on(self, record: CallRecord, server_now: float, host_now: float) -> CallRecord:
+        """``record`` with its lease end measured by the store's clock."""
+        if self.clock == "host" or record.lease_until is None:
+            return record
+        return attrs.evolve(record, lease_until=server_now + (record.lease_until - host_now))
+
+    def _renew(self, conn: psycopg.Connection[Any], ops: list[_Op]) -> None:
+        for op in ops:
+            keys, owner, until, host_now = op.args
+            columns = _columns(sorted(_key(k) for k in keys), 4)
+            if self.clock == "host":
+                conn.execute(_RENEW, (*columns, owner, until, None))
+            else:
+                conn.execute(_RENEW, (*columns, owner, None, until - host_now))
+
+    def _answer(self, conn: psycopg.Connection[Any], ops: list[_Op]) -> None:
+        for op in ops:
+            key, answer = op.args
+            op.value = conn.execute(_ANSWER, (answer, *_key(key))).rowcount == 1
+
+
+def _rounds(ops: list[_Op]) -> list[list[_Item]]:
+    """The records of a flush's writes and claims, in rounds where no key appears twice.
+
+    Each key's records keep their order: the n-th record of a key goes to
+    round n.
+    """
+    rounds: list[list[_Item]] = []
+    seen: dict[CallKey, int] = defaultdict(int)
+    for op in ops:
+        if op.kind == "write":
+            records: list[CallRecord] = op.args[0]
+        elif op.kind == "claim":
+            records = [op.args[0]]
+        else:
+            continue
+        for record in records:
+            at = seen[record.key]
+            seen[record.key] = at + 1
+            if at == len(rounds):
+                rounds.append([])
+            rounds[at].append((op, record))
+    return rounds
+
+
+def _columns(rows: Sequence[Sequence[Any]], width: int) -> list[list[Any]]:
+    """Rows as columns, one array parameter per column (for ``unnest``)."""
+    return [[row[i] for row in rows] for i in range(width)]
+
+
+def _key(key: CallKey) -> tuple[str, str, str, str]:
+    return (key.session, key.agent_path, key.batch, key.call_id)
+
+
+def _row(r: CallRecord) -> tuple[Any, ...]:
+    return (
+        *_key(r.key),
+        int(r.phase),
+        r.index,
+        r.tool,
+        r.arguments,
+        r.grant,
+        r.rerun,
+        r.attempt,
+        r.lease_owner,
+        r.lease_until,
+        r.result,
+        r.question,
+        r.deadline,
+    )
+
+
+def _record(row: Sequence[Any]) -> CallRecord:
+    return CallRecord(
+        key=CallKey(*row[:4]),
+        phase=Phase(row[4]),
+        index=row[5],
+        tool=row[6],
+        arguments=row[7],
+        grant=row[8],
+        rerun=bool(row[9]),
+        attempt=row[10],
+        lease_owner=row[11],
+        lease_until=row[12],
+        result=row[13],
+        question=row[14],
+        deadline=row[15],
+        answer=row[16],
+    )
