@@ -9,12 +9,20 @@ the tests skip and say what is missing.
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING
+import threading
+import time
+from typing import TYPE_CHECKING, Any
+
+import pytest
+import trio
 
 import _pg
+from toolexec._core._journal import CallKey, CallRecord
 
 if TYPE_CHECKING:
-    import pytest
+    from collections.abc import AsyncIterator
+
+    from toolexec._durable._postgres import PostgresStore
 
 
 def test_the_cluster_serves_a_fresh_database_per_test(pg_cluster: _pg.Cluster, pg_dsn: str) -> None:
@@ -38,3 +46,172 @@ def test_a_machine_without_server_binaries_is_named(monkeypatch: pytest.MonkeyPa
     assert reason is not None
     assert "initdb" in reason
     assert "apt-get install postgresql" in reason
+
+
+# -- the store, beyond the conformance suite (test_durable_store.py) ----------------
+
+
+def _key(call_id: str, session: str = "s1") -> CallKey:
+    return CallKey(session, "root", "b1", call_id)
+
+
+def _planned(call_id: str, **kw: Any) -> CallRecord:
+    return CallRecord(key=_key(call_id), **{"tool": "write", "arguments": "{}", **kw})
+
+
+@pytest.fixture
+async def store(pg_dsn: str) -> AsyncIterator[PostgresStore]:
+    from toolexec._durable._postgres import PostgresStore
+
+    made = PostgresStore(pg_dsn)
+    yield made
+    await made.aclose()
+
+
+async def test_leases_are_measured_by_the_servers_clock(pg_dsn: str) -> None:
+    from toolexec._durable._postgres import PostgresStore
+
+    server, skewed = PostgresStore(pg_dsn), PostgresStore(pg_dsn)
+    now = time.time()
+    assert (
+        await server.claim(_planned("c1", rerun=True, lease_owner="A", lease_until=now + 60), now)
+        is None
+    )
+    got = await server.get(_key("c1"))
+    assert got is not None
+    assert got.lease_until is not None
+    # A host whose clock runs an hour ahead still sees A's lease live: the
+    # server's clock judges it, and the lease lasts its 60 seconds there.
+    ahead = now + 3600
+    refused = await skewed.claim(
+        _planned("c1", rerun=True, lease_owner="B", lease_until=ahead + 60), ahead
+    )
+    assert refused is not None
+    assert refused.lease_owner == "A"
+    # The same host under clock="host" trusts its own clock, and takes the lease.
+    host = PostgresStore(pg_dsn, clock="host")
+    assert (
+        await host.claim(_planned("c1", rerun=True, lease_owner="B", lease_until=ahead + 60), ahead)
+        is None
+    )
+    for s in (server, skewed, host):
+        await s.aclose()
+
+
+async def test_a_renewed_lease_lasts_its_length_on_the_servers_clock(store: PostgresStore) -> None:
+    now = time.time()
+    assert (
+        await store.claim(_planned("c1", rerun=True, lease_owner="A", lease_until=now + 1), now)
+        is None
+    )
+    first = await store.get(_key("c1"))
+    await store.renew([_key("c1")], "A", time.time() + 600)
+    renewed = await store.get(_key("c1"))
+    assert first is not None
+    assert renewed is not None
+    assert renewed.lease_until is not None
+    assert first.lease_until is not None
+    assert renewed.lease_until - first.lease_until > 500
+
+
+async def test_concurrent_writers_share_commits(store: PostgresStore) -> None:
+    flushes: list[int] = []
+    flush = store._flush
+
+    def counted(ops: list[Any]) -> None:
+        flushes.append(len(ops))
+        flush(ops)
+
+    store._flush = counted  # type: ignore[method-assign]
+    async with trio.open_nursery() as nursery:
+        for i in range(100):
+            nursery.start_soon(store.write, [_planned(f"c{i}", index=i)])
+    assert sum(flushes) == 100
+    assert len(flushes) < 10, flushes  # the first caller's flush, then everyone queued meanwhile
+    assert len(await store.load("s1")) == 100
+
+
+async def test_a_record_the_server_refuses_fails_its_own_writer_only(store: PostgresStore) -> None:
+    import psycopg
+
+    errors: list[BaseException] = []
+
+    async def write(record: CallRecord) -> None:
+        try:
+            await store.write([record])
+        except psycopg.Error as exc:
+            errors.append(exc)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(write, _planned("good1"))
+        nursery.start_soon(write, _planned("bad", arguments='{"x": "\x00"}'))  # text holds no NUL
+        nursery.start_soon(write, _planned("good2"))
+    assert len(errors) == 1
+    assert sorted(r.key.call_id for r in await store.load("s1")) == ["good1", "good2"]
+
+
+async def test_hosts_locking_the_same_rows_in_opposite_orders_never_deadlock(pg_dsn: str) -> None:
+    from toolexec._durable._postgres import PostgresStore
+
+    stores = [PostgresStore(pg_dsn) for _ in range(3)]
+    ids = [f"c{i:02}" for i in range(40)]
+
+    async def churn(s: PostgresStore, order: list[str]) -> None:
+        for round_ in range(15):
+            await s.write([_planned(c, attempt=round_) for c in order])
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(churn, stores[0], ids)
+        nursery.start_soon(churn, stores[1], ids[::-1])
+        nursery.start_soon(churn, stores[2], ids[::3] + ids[1::3] + ids[2::3])
+    records = await stores[0].load("s1")
+    assert {r.attempt for r in records} == {14}
+    for s in stores:
+        await s.aclose()
+
+
+async def test_a_lost_connection_fails_one_flush_and_the_next_connects_again(
+    store: PostgresStore, pg_dsn: str
+) -> None:
+    import psycopg
+
+    await store.write([_planned("c1")])
+    with psycopg.connect(pg_dsn, autocommit=True) as admin:
+        admin.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+            " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        )
+    with pytest.raises(psycopg.OperationalError):
+        await store.write([_planned("c2")])
+    await store.write([_planned("c3")])
+    assert sorted(r.key.call_id for r in await store.load("s1")) == ["c1", "c3"]
+
+
+async def test_an_operation_cancelled_before_its_flush_never_happens(store: PostgresStore) -> None:
+    await store.write([_planned("c0")])  # connected
+    entered, release = threading.Event(), threading.Event()
+    flush = store._flush
+
+    def slow(ops: list[Any]) -> None:
+        entered.set()
+        release.wait()
+        flush(ops)
+
+    store._flush = slow  # type: ignore[method-assign]
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(store.write, [_planned("c1")])  # the flusher, held in its thread
+        await trio.to_thread.run_sync(entered.wait)
+        with trio.CancelScope() as scope:
+            scope.cancel()
+            await store.write([_planned("queued")])  # queued behind the flush, then cancelled
+        release.set()
+    store._flush = flush  # type: ignore[method-assign]
+    assert sorted(r.key.call_id for r in await store.load("s1")) == ["c0", "c1"]
+
+
+def test_the_clock_is_the_servers_or_the_hosts() -> None:
+    from toolexec._durable._postgres import PostgresStore
+
+    with pytest.raises(ValueError, match="clock"):
+        PostgresStore("dbname=x", clock="mine")  # type: ignore[arg-type]
+    assert "server" in repr(PostgresStore("dbname=x"))
