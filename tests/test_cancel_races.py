@@ -144,3 +144,37 @@ async def test_cancel_while_waiting_for_a_permit_starts_nothing(
     assert len(ran) == 1
     classes = sorted(str(r.error_class) for r in outcome.results)
     assert classes == ["ErrorClass.CANCELLED", "None"]
+
+
+async def test_a_cancel_by_a_sink_mid_batch_ends_it_alike_with_or_without_steering() -> None:
+    """A batch whose calls cannot block runs outside its cancel scope unless steering
+    is polled: a cancel from a sink at any call must end both ways the same, with the
+    same results and the same events (no ``RunFinished`` for the run it cut short)."""
+    calls = [
+        ToolCall("r1", "peek", {"key": "r1"}),
+        ToolCall("r2", "peek", {"key": "r2"}),
+        ToolCall("w1", "put", {"key": "w1"}),
+        ToolCall("r3", "peek", {"key": "r3"}),
+    ]
+
+    async def run(cut_at: str, steered: bool) -> tuple[list[str], list[object], list[str]]:
+        ran: list[str] = []
+        seen: list[str] = []
+        batches: list[Batch] = []
+
+        def on_event(event: object) -> None:
+            seen.append(type(event).__name__ + ":" + str(getattr(event, "call_id", "")))
+            if isinstance(event, CallCompleted) and event.call_id == cut_at:
+                batches[0].cancel()
+
+        executor = ToolExecutor(_registry(ran), sinks=[CallbackSink(on_event)])
+        batches.append(executor.prepare(calls))
+        outcome = await batches[0].run(steering=(lambda: None) if steered else None)
+        assert outcome.cancelled
+        return ran, [(r.call_id, r.error_class, r.text) for r in outcome.results], seen
+
+    for cut_at in ("r1", "r2", "w1", "r3"):
+        inert, scoped = await run(cut_at, steered=False), await run(cut_at, steered=True)
+        assert inert == scoped
+        ran = inert[0]
+        assert ran == [c.id for c in calls][: [c.id for c in calls].index(cut_at) + 1]

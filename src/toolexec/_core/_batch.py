@@ -32,6 +32,7 @@ import attrs
 import trio
 
 from . import _messages as say
+from ._call import never_suspends
 from ._drive import AdmissionOrder, may_wait, one_queue, run_call, run_solo
 from ._errors import bare_interrupt
 from ._events import BatchFinished, BatchPlanned, RunFinished, RunStarted
@@ -39,7 +40,7 @@ from ._lifecycle import CallSlot, State, error_result
 from ._report import Reporter
 from ._resources import KeyedRun, keyed_place
 from ._types import ErrorClass, RoutingClass, ToolCall, ToolResult
-from ._workers import WorkerPool
+from ._workers import HostCancelled, WorkerPool
 
 if TYPE_CHECKING:
     from ._call import Runtime
@@ -231,6 +232,9 @@ class Batch:
         if alone is not None and choose_driver(self._runtime.pools, *alone, alone=True) == INLINE:
             await self._run_solo(*alone)
             return ()
+        if steer is None and not self._cancelled and self._inert():
+            await self._run_inert()
+            return ()
         with self._scope:
             for run in self.plan.runs:
                 if await self._run(run) and run is not self.plan.runs[-1]:
@@ -297,6 +301,35 @@ class Batch:
 
     def _host_cancelled(self) -> bool:
         return self._cancelled
+
+    def _inert(self) -> bool:
+        """Whether no call of any run can block: each waits in its class pool alone
+        (a worker pool drives it) and its tool has no ``await``."""
+        runs = self.plan.runs
+        if any(run.keyed for run in runs):
+            return False
+        slots = [self._slots[i] for run in runs for i in run.call_indices]
+        return one_queue(self._runtime.pools, slots) and all(map(never_suspends, slots))
+
+    async def _run_inert(self) -> None:
+        """Run the runs of a batch whose calls cannot block, outside the batch's scope.
+
+        No call reaches a checkpoint, so no other task runs until the batch
+        ends: only a tool or a sink of this batch, calling ``cancel`` as it
+        runs, can cancel it, and entering a cancel scope costs more than a
+        call. The workers look for that cancel before each call
+        (``stop``) and end the batch as the scope would have: the call in
+        hand and every later one unstarted, the run left unfinished.
+        """
+        rt, report = self._runtime, self._report
+        try:
+            for run in self.plan.runs:
+                report.emit(RunStarted, index=run.index, routing=run.routing, call_ids=run.call_ids)
+                slots = [self._slots[i] for i in run.call_indices]
+                await WorkerPool(rt, slots, report, stop=self._host_cancelled).run()
+                report.emit(RunFinished, index=run.index)
+        except HostCancelled:
+            pass
 
     async def _run(self, run: RunPlan) -> bool:
         """Run one run to its end; whether any of its calls blocked."""

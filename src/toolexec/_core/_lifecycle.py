@@ -76,7 +76,7 @@ class CallSlot:
         self.state = State.PLANNED
         self.result: ToolResult | None = None
         self.entry: RegisteredTool | None = None
-        self.arguments: dict[str, Any] = {}
+        self.arguments: dict[str, Any] = _NOT_PARSED  # set by planning; never mutated in place
         self.grant: ExecutionGrant | None = None
         self.backend: Backend | None = None  # None: the host, in this task
         self.routing = RoutingClass.SHORT_CIRCUIT
@@ -102,6 +102,9 @@ class CallSlot:
     def started(self) -> bool:
         """Whether the call got past waiting in its run."""
         return self.state in (State.APPROVING, State.ADMITTING, State.RUNNING)
+
+
+_NOT_PARSED: dict[str, Any] = {}
 
 
 def error_result(slot: CallSlot, error_class: ErrorClass, text: str, **kw: Any) -> ToolResult:

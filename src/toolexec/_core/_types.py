@@ -258,7 +258,27 @@ class ToolOutput:
     @classmethod
     def text(cls, text: str, *, is_error: bool = False, **details: Any) -> ToolOutput:
         """Build an output holding one text block."""
-        return cls((TextContent(text),), details, is_error)
+        if type(text) is not str or cls is not ToolOutput:
+            return cls((TextContent(text),), details, is_error)
+        # The per-call path (a function tool's str): ``text`` is checked here, so
+        # the validators have nothing left to check; filling the slots directly
+        # costs half of attrs' ``__init__``.
+        block = _new(TextContent)
+        _set_text(block, text)
+        _set_type(block, "text")
+        output = _new(ToolOutput)
+        _set_content(output, (block,))
+        _set_details(output, details)
+        _set_is_error(output, is_error)
+        return output
+
+
+_new = object.__new__
+_set_text = TextContent.__dict__["text"].__set__
+_set_type = TextContent.__dict__["type"].__set__
+_set_content = ToolOutput.__dict__["content"].__set__
+_set_details = ToolOutput.__dict__["details"].__set__
+_set_is_error = ToolOutput.__dict__["is_error"].__set__
 
 
 @attrs.frozen

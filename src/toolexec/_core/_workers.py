@@ -24,14 +24,24 @@ from ._drive import run_call
 from ._types import RoutingClass
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable, Sequence
+    from collections.abc import Callable, Sequence
 
     from ._call import Runtime
     from ._lifecycle import CallSlot
     from ._limits import ClassPool
     from ._report import Reporter
+    from ._types import ToolResult
 
-__all__ = ["WorkerPool"]
+__all__ = ["HostCancelled", "WorkerPool"]
+
+
+class HostCancelled(Exception):
+    """The host cancelled a batch whose calls cannot block, between two of its calls.
+
+    Raised by a ``WorkerPool`` given ``stop`` (``Batch._run_inert``), caught
+    by the batch: it stands for the cancellation the batch's scope would
+    have raised there.
+    """
 
 
 class _SharedDeadline:
@@ -92,6 +102,7 @@ class WorkerPool:
     __slots__ = (
         "_arrived",
         "_aside",
+        "_check",
         "_closed",
         "_coming",
         "_hired",
@@ -104,6 +115,7 @@ class WorkerPool:
         "_rt",
         "_running",
         "_slots",
+        "_stop",
         "_timed_out",
         "_width",
         "blocked",
@@ -117,6 +129,7 @@ class WorkerPool:
         *,
         routing: RoutingClass | None = None,
         aside: Callable[[CallSlot], bool] | None = None,
+        stop: Callable[[], bool] | None = None,
     ) -> None:
         self._rt, self._slots, self._report = rt, slots, report
         # Calls whose deadline cancelled their tool, by worker scope, answered
@@ -133,7 +146,11 @@ class WorkerPool:
         self._width = 1 if serial else width if not self._closed else min(len(slots), width)
         # No call of the run can block: no worker is hired (so no nursery) and no
         # deadline can matter (so no cancel scope).
-        self._inert = self._closed and all(map(never_suspends, slots))
+        # ``stop``: the batch already knows its calls cannot block, and runs them
+        # outside its scope, asking ``stop`` before each call (``_check``).
+        self._inert = stop is not None or (self._closed and all(map(never_suspends, slots)))
+        self._stop = stop
+        self._check = self._stopped if stop is not None else trio.lowlevel.checkpoint_if_cancelled
         if self._inert:
             self._width = 1
         self._arrived = _ARRIVED
@@ -260,8 +277,19 @@ class WorkerPool:
                             self._next += 1
                             # A cancel may have landed before this call: never start a tool
                             # after it.
-                            await trio.lowlevel.checkpoint_if_cancelled()
-                            blocked = await self._take(slot, scope, me)
+                            await self._check()
+                            if self._aside is not None and self._aside(slot):
+                                held = await self._run_aside(slot, me)
+                                continue
+                            # The call runs in this worker's own frame (no coroutine of its
+                            # own): ``execute`` relays its tool's steps to trio directly.
+                            running = self._start(slot, scope)
+                            try:
+                                done = await execute(self._rt, slot, self._report, self._on_block)
+                            except BaseException as exc:
+                                self._unwinding(running, exc)
+                                raise
+                            blocked = self._finish(running, *done)
                             held = _still_held(limiter, me, blocked, keep)
                             if blocked and _spent(scope, self._next < len(slots)):
                                 break  # open a fresh scope
@@ -278,6 +306,13 @@ class WorkerPool:
         finally:
             if held and me in limiter.statistics().borrowers:  # (not if an aside call's was)
                 limiter.release_on_behalf_of(me)
+
+    async def _stopped(self) -> None:
+        """Before a call of a batch run outside its scope: raise if it was cancelled."""
+        assert self._stop is not None
+        if self._stop():
+            raise HostCancelled
+        await trio.lowlevel.checkpoint_if_cancelled()
 
     async def _more(self, foreman: bool) -> bool:
         """Whether calls are left to take; the foreman of an open run waits for them."""
@@ -303,45 +338,43 @@ class WorkerPool:
         self._closed = True
         self._arrived.set()
 
-    def _take(
-        self, slot: CallSlot, scope: trio.CancelScope, worker: object
-    ) -> Awaitable[bool | None]:
-        """Run a call: here, or through ``run_call`` if it waits for a human or a
-        tool cap; ``None`` then, the worker's permit having been given back first
-        (``run_call`` takes its own, in the fixed order, once approved)."""
-        if self._aside is not None and self._aside(slot):
-            self._limiter.release_on_behalf_of(worker)
-            self._hire()
-            return _aside(run_call(self._rt, slot, self._report))
-        return self._call(slot, scope)
+    async def _run_aside(self, slot: CallSlot, worker: object) -> bool:
+        """Run a call that waits for a human or a tool cap through ``run_call``, the
+        worker's permit given back first (``run_call`` takes its own, in the fixed
+        order, once approved); ``False``: the worker holds no permit after it."""
+        self._limiter.release_on_behalf_of(worker)
+        self._hire()
+        await run_call(self._rt, slot, self._report)
+        return False
 
-    async def _call(self, slot: CallSlot, scope: trio.CancelScope) -> bool:
-        """Run one admitted call in this task to its result; whether its tool blocked.
+    def _start(self, slot: CallSlot, scope: trio.CancelScope) -> list[Any]:
+        """Start an admitted call in this worker: ``[slot, scope, start, blocked]``.
 
-        The tool's first step runs here. If it finishes in it, it never
-        reached a checkpoint. Otherwise the call gets its deadline on
-        ``scope`` and the pool hires (``_on_block``, called by ``execute``
-        before the tool's first trap goes to trio, so no other worker has
-        run since ``_running`` was set). A deadline that cancels the tool
-        propagates to ``scope``; the worker answers the call once the scope
-        has absorbed it (``_work``); an enclosing scope cancelled in the same
-        instant wins.
+        The tool's first step runs in the worker's frame. If it finishes in
+        it, it never reached a checkpoint. Otherwise the call gets its
+        deadline on ``scope`` and the pool hires (``_on_block``, called by
+        ``execute`` before the tool's first trap goes to trio, so no other
+        worker has run since ``_running`` was set).
         """
-        report = self._report
-        start = begin(slot, report)
-        running: list[Any] = [slot, scope, start, False]
+        running: list[Any] = [slot, scope, begin(slot, self._report), False]
         self._running = running
-        try:
-            output, failure = await execute(self._rt, slot, report, self._on_block)
-        except BaseException as exc:
-            if running[3] and scope.cancel_called and not isinstance(exc, GeneratorExit):
-                self._timed_out[scope] = (slot, start)
-            raise
-        blocked = bool(running[3])
+        return running
+
+    def _unwinding(self, running: list[Any], exc: BaseException) -> None:
+        """A cancellation left the call's tool: if our deadline caused it, the
+        worker answers the call once the scope has absorbed it (``_work``); an
+        enclosing scope cancelled in the same instant wins."""
+        slot, scope, start, blocked = running
+        if blocked and scope.cancel_called and not isinstance(exc, GeneratorExit):
+            self._timed_out[scope] = (slot, start)
+
+    def _finish(self, running: list[Any], output: object, failure: ToolResult | None) -> bool:
+        """Conclude the call ``_start`` started; whether its tool blocked."""
+        slot, scope, start, blocked = running
         if blocked and scope.cancel_called:  # the tool outlived its deadline
             failure = timed_out(slot)
-        conclude(slot, report, output, failure, start)
-        return blocked
+        conclude(slot, self._report, output, failure, start)
+        return bool(blocked)
 
     def _blocked_first(self) -> None:
         """The running call first blocked: its deadline starts to matter; hire."""
@@ -381,18 +414,12 @@ def _spent(scope: trio.CancelScope, more: bool) -> bool:
     return False
 
 
-async def _aside(work: Awaitable[None]) -> None:
-    await work
-
-
-def _still_held(limiter: ClassPool, borrower: object, blocked: bool | None, keep: bool) -> bool:
+def _still_held(limiter: ClassPool, borrower: object, blocked: bool, keep: bool) -> bool:
     """After a call: whether its worker still holds its permit.
 
     It gives it back after a call that blocked, or if others may have queued
-    for it since it was taken; a call run aside gave it back before it ran.
+    for it since it was taken.
     """
-    if blocked is None:
-        return False
     if blocked or not keep:
         limiter.release_on_behalf_of(borrower)
         return False

@@ -32,7 +32,6 @@ from .._core._types import (
     ErrorClass,
     JsonContent,
     SideEffects,
-    TextContent,
     ToolDefinition,
     ToolOutput,
     describe,
@@ -196,9 +195,9 @@ def _to_output(value: Any, name: str) -> ToolOutput:
     if isinstance(value, ToolOutput):
         return value
     if isinstance(value, str):
-        return ToolOutput((TextContent(value),))
+        return ToolOutput.text(value)
     if value is None:
-        return ToolOutput((TextContent(""),))
+        return ToolOutput.text("")
     if inspect.isawaitable(value):
         if inspect.iscoroutine(value):
             value.close()  # never run: closing it spares the "never awaited" warning
