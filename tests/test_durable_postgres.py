@@ -80,6 +80,9 @@ async def test_leases_are_measured_by_the_servers_clock(pg_dsn: str) -> None:
     got = await server.get(_key("c1"))
     assert got is not None
     assert got.lease_until is not None
+    # Read back on this host's clock (within the moments the calls took; 30 s
+    # is only a bound far above them).
+    assert abs(got.lease_until - (now + 60)) < 30
     # A host whose clock runs an hour ahead still sees A's lease live: the
     # server's clock judges it, and the lease lasts its 60 seconds there.
     ahead = now + 3600
@@ -88,6 +91,8 @@ async def test_leases_are_measured_by_the_servers_clock(pg_dsn: str) -> None:
     )
     assert refused is not None
     assert refused.lease_owner == "A"
+    assert refused.lease_until is not None
+    assert abs(refused.lease_until - (ahead + 60)) < 30  # on that host's clock: live
     # The same host under clock="host" trusts its own clock, and takes the lease.
     host = PostgresStore(pg_dsn, clock="host")
     assert (

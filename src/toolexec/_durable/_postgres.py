@@ -25,10 +25,12 @@ between the check and the write.
 
 *Whose clock.* A lease is measured by the server's clock by default
 (``clock="server"``): a host's lease of ``lease_until - now`` seconds is
-stored as the server's time plus that length, and a lease is live while
-the server's time is before it, so hosts whose clocks disagree still agree
-on whose lease is live. ``clock="host"`` stores and compares the hosts'
-own times, as the protocol states them (and as the SQLite store does).
+stored as the server's time plus that length, a claim finds a lease live
+while the server's time is before its end, and every record a host reads
+back has its lease end moved onto that host's clock. So hosts whose clocks
+disagree still agree on whose lease is live, and each compares lease ends
+with its own ``time.time()``. ``clock="host"`` stores and compares the
+hosts' own times as they give them (as the SQLite store does).
 
 *A failed flush.* If a flush's transaction fails (a value PostgreSQL cannot
 hold, a lost connection), each of its operations is applied again in a
@@ -140,7 +142,7 @@ WHERE {" AND ".join(f"{c} = %s" for c in _KEY_COLUMNS)}
     AND question IS NOT NULL AND answer IS NULL AND phase < 2
 """
 
-_SELECT = f"SELECT {_COLUMNS} FROM toolexec_calls"
+_SELECT = f"SELECT {_COLUMNS}, {_SERVER_NOW} FROM toolexec_calls"
 _OPEN_QUESTIONS = "question IS NOT NULL AND answer IS NULL AND phase < 2"
 _READS = {
     "load": f"{_SELECT} WHERE session = %s",
@@ -207,12 +209,12 @@ class PostgresStore:
 
     async def load(self, session: str) -> list[CallRecord]:
         """Every record of ``session``."""
-        result: list[CallRecord] = await self._submit(_Op("read", ("load", (session,))))
+        result: list[CallRecord] = await self._submit(_read("load", session))
         return result
 
     async def get(self, key: CallKey) -> CallRecord | None:
         """The record of one call, or ``None``."""
-        rows: list[CallRecord] = await self._submit(_Op("read", ("get", _key(key))))
+        rows: list[CallRecord] = await self._submit(_read("get", *_key(key)))
         return rows[0] if rows else None
 
     async def write(self, records: Sequence[CallRecord]) -> None:
@@ -237,8 +239,8 @@ class PostgresStore:
 
     async def questions(self, session: str | None = None) -> list[CallRecord]:
         """Unanswered questions of unfinished calls."""
-        read = ("questions", ()) if session is None else ("session_questions", (session,))
-        result: list[CallRecord] = await self._submit(_Op("read", read))
+        read = _read("questions") if session is None else _read("session_questions", session)
+        result: list[CallRecord] = await self._submit(read)
         return result
 
     async def aclose(self) -> None:
@@ -326,8 +328,9 @@ class PostgresStore:
             self._apply_round(conn, round_)
         for op in ops:
             if op.kind == "read":
-                name, params = op.args
-                op.value = [_record(row) for row in conn.execute(_READS[name], params)]
+                name, params, host_now = op.args
+                rows = conn.execute(_READS[name], params).fetchall()
+                op.value = [self._lease_out(_record(r[:-1]), r[-1], host_now) for r in rows]
 
     def _apply_round(self, conn: psycopg.Connection[Any], items: list[_Item]) -> None:
         """Lock the round's keys in order, decide its claims, merge its records."""
@@ -342,7 +345,7 @@ class PostgresStore:
                 now = server_now if self.clock == "server" else host_now
                 found = stored[_key(record.key)]
                 if not claimable(found, record.lease_owner, now):
-                    op.value = found
+                    op.value = self._lease_out(found, server_now, host_now)
                     continue
                 record = attrs.evolve(record, phase=Phase.STARTED, attempt=found.attempt + 1)
             merged.append(self._lease_on(record, server_now, host_now))
@@ -350,10 +353,16 @@ class PostgresStore:
             conn.execute(_MERGE, _columns([_row(r) for r in merged], 16))
 
     def _lease_on(self, record: CallRecord, server_now: float, host_now: float) -> CallRecord:
-        """``record`` with its lease end measured by the store's clock."""
+        """A host's record as stored: its lease end on the server's clock."""
         if self.clock == "host" or record.lease_until is None:
             return record
         return attrs.evolve(record, lease_until=server_now + (record.lease_until - host_now))
+
+    def _lease_out(self, record: CallRecord, server_now: float, host_now: float) -> CallRecord:
+        """A stored record as a host sees it: its lease end on the host's clock."""
+        if self.clock == "host" or record.lease_until is None:
+            return record
+        return attrs.evolve(record, lease_until=host_now + (record.lease_until - server_now))
 
     def _renew(self, conn: psycopg.Connection[Any], ops: list[_Op]) -> None:
         for op in ops:
@@ -392,6 +401,10 @@ def _rounds(ops: list[_Op]) -> list[list[_Item]]:
                 rounds.append([])
             rounds[at].append((op, record))
     return rounds
+
+
+def _read(name: str, *params: str) -> _Op:
+    return _Op("read", (name, params, time.time()))
 
 
 def _columns(rows: Sequence[Sequence[Any]], width: int) -> list[list[Any]]:
