@@ -360,7 +360,7 @@ class Batch:
         async with trio.open_nursery() as nursery:
             for i, slot in enumerate(slots):
                 place = None if order is None else order.place(i)
-                nursery.start_soon(run_call, rt, slot, report, place)
+                nursery.start_soon(run_call, rt, slot, report, place, True)
 
     def _finish(self, messages: tuple[str, ...]) -> BatchOutcome:
         self._finished = True

@@ -247,19 +247,26 @@ def never_suspends(slot: CallSlot) -> bool:
 
 @types.coroutine
 def execute(
-    rt: Runtime, slot: CallSlot, report: Reporter, on_block: Callable[[], None] | None = None
+    rt: Runtime,
+    slot: CallSlot,
+    report: Reporter,
+    on_block: Callable[[], None] | None = None,
+    *,
+    own_task: bool = False,
 ) -> Generator[Any, Any, tuple[object, ToolResult | None]]:
     """Run a started call's tool to its end: ``(output, None)`` or ``(None, failure)``.
 
     The tool runs one step at a time in a copy of the driver's context, so
-    a context variable it sets is its own, as in a task of its own. The
-    first time it blocks (yields to trio), ``on_block`` is called: a driver
-    sets the deadline then, since before it nothing could have cancelled
-    the tool. Every trap goes on to trio unchanged, every answer comes back
-    as ``yield from`` would relay it. ``trio.Cancelled`` and
+    a context variable it sets is its own, as in a task of its own; a
+    driver that is a task of its own for this call alone (``own_task``)
+    already has its own copy, so none is made. The first time the tool
+    blocks (yields to trio), ``on_block`` is called: a driver sets the
+    deadline then, since before it nothing could have cancelled the tool.
+    Every trap goes on to trio unchanged, every answer comes back as
+    ``yield from`` would relay it. ``trio.Cancelled`` and
     ``KeyboardInterrupt`` go on to the driver (``propagates``).
     """
-    context = contextvars.copy_context()
+    context = None if own_task else contextvars.copy_context()
     closing = False
     rt.in_flight += 1
     try:
@@ -268,7 +275,9 @@ def execute(
         thrown: BaseException | None = None
         while True:
             try:
-                if thrown is None:
+                if context is None:
+                    trap = running.send(sent) if thrown is None else running.throw(thrown)
+                elif thrown is None:
                     trap = context.run(running.send, sent)
                 else:
                     trap = context.run(running.throw, thrown)

@@ -106,12 +106,17 @@ class Place:
 
 
 async def run_call(
-    rt: Runtime, slot: CallSlot, report: Reporter, place: Place | None = None
+    rt: Runtime,
+    slot: CallSlot,
+    report: Reporter,
+    place: Place | None = None,
+    own_task: bool = False,
 ) -> None:
     """Drive one queued call to its result in this task: approve, admit, start,
     execute under a deadline of its own, conclude.
 
-    ``place`` orders its admission within a run (``AdmissionOrder``).
+    ``place`` orders its admission within a run (``AdmissionOrder``);
+    ``own_task``: this task was started for this call alone (``execute``).
     """
     if place is not None:
         await place.wait()
@@ -125,7 +130,7 @@ async def run_call(
         output: object = None
         failure: ToolResult | None = None
         with trio.CancelScope(deadline=start + deadline_of(slot)) as scope:
-            output, failure = await execute(rt, slot, report)
+            output, failure = await execute(rt, slot, report, own_task=own_task)
         if scope.cancel_called:
             failure = timed_out(slot)
         conclude(slot, report, output, failure, start)

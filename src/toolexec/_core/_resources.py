@@ -232,6 +232,6 @@ async def _after(
         for event in waits:
             if not event.is_set():
                 await event.wait()
-        await run_call(rt, slot, report)
+        await run_call(rt, slot, report, None, True)  # this task is the call's own
     finally:
         mine.set()

@@ -247,7 +247,7 @@ class WorkerPool:
             await trio.lowlevel.checkpoint_if_cancelled()
             start = cohort.started(begin(slot, report))
             try:
-                output, failure = await execute(self._rt, slot, report)
+                output, failure = await execute(self._rt, slot, report, own_task=True)
             except BaseException:
                 if scope.cancel_called:  # answered once the scope has absorbed it
                     cohort.timed_out.append((slot, start))
