@@ -24,17 +24,23 @@ Example::
 
 ``SubprocessBackend`` runs calls in a child process, isolated by bubblewrap,
 ``unshare`` or resource limits alone, whichever is the best the machine
-offers (docs/sandbox.md).
+offers (docs/sandbox.md). ``WasmBackend`` (the ``wasm`` extra) runs the
+``python`` tool (``PythonTool``) and pure-Python function tools in CPython
+compiled to WebAssembly, under wasmtime; ``MicroVMBackend`` is the micro-VM
+kind's place, which refuses every call until it is built, saying what the
+machine lacks (``probe_microvm``).
 """
 
 from __future__ import annotations
 
+from ._backends._microvm import MicroVMBackend, MicroVMProbe, probe_microvm
 from ._backends._ray import RayBackend
 from ._backends._remote import RemoteBackend
 from ._backends._remote_worker import serve_worker
 from ._backends._sandbox import SubprocessBackend
 from ._backends._sandbox_launch import Detection
 from ._backends._sandbox_limits import SandboxLimits
+from ._backends._wasm import WASM_LIMIT_KEYS, PythonTool, WasmBackend, WasmLimits
 from ._core._backend import Backend, HostBackend
 from ._core._public import fixup_module_metadata as _fixup_module_metadata
 
@@ -42,10 +48,17 @@ __all__ = [
     "Backend",
     "Detection",
     "HostBackend",
+    "MicroVMBackend",
+    "MicroVMProbe",
+    "PythonTool",
     "RayBackend",
     "RemoteBackend",
     "SandboxLimits",
     "SubprocessBackend",
+    "WASM_LIMIT_KEYS",
+    "WasmBackend",
+    "WasmLimits",
+    "probe_microvm",
     "serve_worker",
 ]
 
