@@ -1,0 +1,153 @@
+"""The Wasm sandbox's guest and cache, and the micro-VM probe and its refusal.
+
+The guest tests use the real package file and the real cache (compiling at
+most once per machine, under the cache's lock); the probe reads this
+machine's CPU flags, KVM modules and ``/dev/kvm``, and files made in a temp
+dir for the machines this one is not.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+from pathlib import Path
+
+import pytest
+import trio
+
+from toolexec import ErrorClass, ToolCall, ToolError, ToolExecutor, ToolRegistry, Workspace
+from toolexec._backends import _wasm_guest
+from toolexec.backends import MicroVMBackend, MicroVMProbe, probe_microvm
+from toolexec.policy import Allow, ExecutionGrant
+from toolexec.tools import ShellTool
+
+# -- the guest and its cache ------------------------------------------------------------
+
+
+def test_the_guest_is_the_pinned_file() -> None:
+    path = _wasm_guest.guest_file()
+    assert hashlib.sha256(path.read_bytes()).hexdigest() == _wasm_guest.GUEST_SHA256
+
+
+def test_a_guest_that_is_not_the_pinned_one_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ToolError, match="is not the one toolexec pins"):
+        _wasm_guest._verify(tmp_path / "python.wasm", b"\0asm not it")
+
+
+def test_the_compiled_guest_is_cached_once_under_its_key() -> None:
+    first = _wasm_guest.compiled_guest()
+    made = first.stat().st_mtime_ns
+    assert first.parent == _wasm_guest.cache_dir()
+    assert _wasm_guest.cache_key() in first.name
+    assert _wasm_guest.compiled_guest() == first
+    assert first.stat().st_mtime_ns == made  # loaded, not compiled again
+    assert not list(first.parent.glob("*.partial"))
+
+
+def test_the_key_changes_with_the_settings(monkeypatch: pytest.MonkeyPatch) -> None:
+    key = _wasm_guest.cache_key()
+    monkeypatch.setattr(_wasm_guest, "SETTINGS", (("cranelift_opt_level", "none"),))
+    assert _wasm_guest.cache_key() != key
+
+
+def test_the_cache_follows_xdg(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    assert _wasm_guest.cache_dir() == tmp_path / "toolexec"
+    monkeypatch.setenv("XDG_CACHE_HOME", "relative/is/ignored")
+    assert _wasm_guest.cache_dir() == Path.home() / ".cache" / "toolexec"
+
+
+def test_the_lock_lets_one_holder_in_at_a_time(tmp_path: Path) -> None:
+    lock = tmp_path / "x.lock"
+    inside: list[str] = []
+    entered = threading.Event()
+
+    def other() -> None:
+        with _wasm_guest._locked(lock):
+            inside.append("other")
+
+    with _wasm_guest._locked(lock):
+        thread = threading.Thread(target=other)
+        thread.start()
+        entered.wait(0.2)  # the other thread is blocked on the lock meanwhile
+        inside.append("first")
+    thread.join(60)
+    assert inside == ["first", "other"]
+
+
+# -- the micro-VM probe -----------------------------------------------------------------
+
+
+def fake_machine(tmp_path: Path, flags: str, modules: tuple[str, ...]) -> dict[str, str]:
+    (tmp_path / "cpuinfo").write_text(f"processor\t: 0\nflags\t\t: fpu {flags}\n")
+    for name in modules:
+        (tmp_path / "modules" / name).mkdir(parents=True)
+    (tmp_path / "modules").mkdir(exist_ok=True)
+    return {
+        "cpuinfo": str(tmp_path / "cpuinfo"),
+        "modules": str(tmp_path / "modules"),
+        "device": str(tmp_path / "no-kvm"),
+    }
+
+
+def test_the_probe_names_each_missing_part(tmp_path: Path) -> None:
+    probe = probe_microvm(**fake_machine(tmp_path, "hypervisor", ("kvm", "kvm_pvm")))
+    assert not probe.usable
+    assert "neither the vmx (Intel VT-x) nor the svm (AMD-V) flag" in probe.why_not()
+    assert "KVM here is kvm_pvm, without hardware support" in probe.why_not()
+    assert "no-kvm cannot be opened" in probe.why_not()
+    assert "this machine is itself a virtual machine" in probe.found
+
+
+def test_the_probe_with_hardware_but_no_device(tmp_path: Path) -> None:
+    probe = probe_microvm(**fake_machine(tmp_path, "vmx", ("kvm", "kvm_intel")))
+    assert probe.lacks == (f"{tmp_path / 'no-kvm'} cannot be opened (No such file or directory)",)
+
+
+def test_the_probe_on_this_machine() -> None:
+    probe = probe_microvm()
+    flags = Path("/proc/cpuinfo").read_text().split()
+    if "vmx" not in flags and "svm" not in flags:
+        assert not probe.usable
+        assert "hardware virtualisation" in probe.why_not()
+    print(probe)  # the verdict, for the run's log
+
+
+def test_a_kvm_device_that_is_not_kvm(tmp_path: Path) -> None:
+    probe = probe_microvm(**{**fake_machine(tmp_path, "svm", ("kvm_amd",)), "device": "/dev/null"})
+    assert not probe.usable
+    assert probe.why_not().startswith("a working KVM (/dev/null: ")
+
+
+class MicroVM:
+    def decide(self, definition: object, arguments: object, agent_path: object) -> Allow:
+        return Allow(ExecutionGrant(sandbox="microvm", limits={"workspace": "rw"}))
+
+
+async def run_touch(tmp_path: Path, backend: MicroVMBackend) -> tuple[str, ErrorClass | None]:
+    workspace = Workspace(tmp_path)
+    tools = ToolRegistry()
+    tools.register(ShellTool(workspace))
+    executor = ToolExecutor(tools, policy=MicroVM(), backends={"microvm": backend})
+    with trio.fail_after(120):
+        outcome = await executor.execute_batch([ToolCall("1", "shell", {"command": "touch ran"})])
+    result = outcome.results[0]
+    assert result.details["sandbox"] == "microvm"
+    return result.text, result.error_class
+
+
+async def test_a_micro_vm_grant_here_is_an_error_and_nothing_runs(tmp_path: Path) -> None:
+    backend = MicroVMBackend()
+    text, error_class = await run_touch(tmp_path, backend)
+    assert error_class is ErrorClass.EXECUTION_ERROR
+    assert not (tmp_path / "ran").exists()
+    if not backend.detect().usable:
+        assert text.startswith("Tool 'shell' was not run: it requires a micro-VM, and this machine")
+        assert backend.detect().why_not() in text
+
+
+async def test_a_machine_that_has_it_is_told_the_backend_is_not_built(tmp_path: Path) -> None:
+    backend = MicroVMBackend(probe=lambda: MicroVMProbe(True, (), ("CPU flags: vmx",)))
+    text, _ = await run_touch(tmp_path, backend)
+    assert "micro-VM backend is not built yet" in text
+    assert not (tmp_path / "ran").exists()
