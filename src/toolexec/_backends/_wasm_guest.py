@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import hashlib
 import importlib.metadata
 import os
@@ -108,8 +109,13 @@ def cache_dir() -> Path:
 
 def cache_key() -> str:
     """What the compiled guest depends on: wasmtime's version, ``SETTINGS``, the guest's hash."""
+    return _key(SETTINGS, GUEST_SHA256)
+
+
+@functools.cache
+def _key(settings: tuple[tuple[str, Any], ...], guest: str) -> str:
     version = importlib.metadata.version("wasmtime")
-    text = f"wasmtime {version}; {SETTINGS!r}; guest {GUEST_SHA256}"
+    text = f"wasmtime {version}; {settings!r}; guest {guest}"
     return hashlib.sha256(text.encode()).hexdigest()[:24]
 
 
@@ -152,11 +158,15 @@ def _compile(guest: Path, target: Path) -> None:
 
     data = guest.read_bytes()
     _verify(guest, data)  # compile the very bytes that were checked
-    compiled = wasmtime.Module(engine(), data).serialize()
+    write_atomically(target, wasmtime.Module(engine(), data).serialize())
+
+
+def write_atomically(target: Path, data: bytes | bytearray) -> None:
+    """Write ``data`` beside ``target``, flush it to disk, then rename it into place."""
     partial = target.with_name(f"{target.name}.{os.getpid()}.partial")
     try:
         with open(partial, "wb") as f:
-            f.write(compiled)
+            f.write(data)
             f.flush()
             os.fsync(f.fileno())
         os.replace(partial, target)
