@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 import trio
+import trio.testing
 
 import wasm_tools
 from toolexec import ErrorClass, ToolCall, ToolExecutor, ToolRegistry, Workspace
@@ -364,3 +365,19 @@ async def test_a_dead_guest_answers_with_why() -> None:
     assert not guest.alive
     call = await guest.call({"kind": "python", "code": "print(1)", "output_bytes": 10}, 10**9, 60)
     assert (call.reply, call.failure) == (None, "closed on purpose")
+
+
+async def test_a_call_running_when_the_backend_closes_ends_its_guest(workspace: Workspace) -> None:
+    backend = WasmBackend()
+    results: list[ToolResult] = []
+
+    async def call() -> None:
+        results.append(await python(backend, workspace, "import time\ntime.sleep(0.2)\nprint(1)"))
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(call)
+        await trio.testing.wait_all_tasks_blocked()
+        await backend.aclose()
+    assert results[0].text == "1\n"
+    assert backend.idle_count() == 0
+    assert not [t for t in threading.enumerate() if t.name == "toolexec-wasm-guest"]

@@ -245,6 +245,7 @@ class WasmBackend:
     _idle: dict[tuple[Any, ...], list[GuestInstance]] = attrs.field(
         factory=dict, init=False, repr=False
     )
+    _closed: bool = attrs.field(default=False, init=False, repr=False)
 
     def __attrs_post_init__(self) -> None:
         WasmLimits.parse(self.limits)
@@ -256,7 +257,8 @@ class WasmBackend:
         await self.aclose()
 
     async def aclose(self) -> None:
-        """End the warm instances."""
+        """End the warm instances; a call still running ends its own when it is done."""
+        self._closed = True
         idle = [g for group in self._idle.values() for g in group]
         self._idle.clear()
         with trio.CancelScope(shield=True):
@@ -307,8 +309,9 @@ class WasmBackend:
             if done.reply is not None and done.reply.get("op") != "crash":
                 guest.modules.add(request.get("module", ""))
         finally:
-            if not fresh and guest.alive and len(self._idle.setdefault(key, [])) < self.max_idle:
-                self._idle[key].append(guest)
+            kept = self._idle.setdefault(key, [])
+            if not (fresh or self._closed) and guest.alive and len(kept) < self.max_idle:
+                kept.append(guest)
             else:
                 with trio.CancelScope(shield=True):
                     await trio.to_thread.run_sync(guest.kill, "done")
