@@ -193,6 +193,44 @@ async def test_a_call_starts_as_soon_as_its_run_is_open(
         batch.close()
 
 
+async def test_a_call_streamed_while_every_call_waits_wakes_a_waiting_worker(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """While the run's calls all wait, a worker already waits for the next call: adding
+    one starts no task (the cost of a task's start is not on the call's path), and the
+    run never keeps more than one such worker, however many calls come and go."""
+    ran_in: list[object] = []
+    registry = ToolRegistry()
+
+    @function_tool(side_effects=SideEffects.READ)
+    async def nap(ticks: int) -> str:
+        """Note the task that runs the call, then sleep."""
+        ran_in.append(trio.lowlevel.current_task())
+        await trio.sleep(ticks)
+        return "ok"
+
+    registry.register(nap)
+    executor = ToolExecutor(registry)
+    batch = executor.open_batch()
+    living = trio.lowlevel.current_statistics
+    baseline = living().tasks_living
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(batch.run)
+        for i in range(5):
+            batch.add(ToolCall(str(i), "nap", {"ticks": 10}))
+            await trio.testing.wait_all_tasks_blocked()
+            before = living().tasks_living
+            batch.add(ToolCall(f"{i}b", "nap", {"ticks": 1}))
+            assert living().tasks_living == before  # woken, not started
+            await trio.testing.wait_all_tasks_blocked()
+            await trio.sleep(2)  # the short call ends; its worker waits again or ends
+            await trio.testing.wait_all_tasks_blocked()
+        # five 10-tick calls still wait; beside them the batch's task and one spare
+        assert living().tasks_living == before == baseline + 5 + 1
+        batch.close()
+    assert len(ran_in) == 10
+
+
 async def test_a_closed_or_whole_batch_refuses_calls() -> None:
     executor = ToolExecutor(_store_registry({}, []))
     whole = executor.prepare([])

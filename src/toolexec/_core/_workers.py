@@ -111,6 +111,7 @@ class WorkerPool:
         "_next",
         "_nursery",
         "_on_block",
+        "_parked",
         "_report",
         "_rt",
         "_running",
@@ -157,6 +158,7 @@ class WorkerPool:
         self._next = 0  # the next call to take
         self._hired = 1  # workers started, the batch's task included
         self._coming = 0  # of them, those that have not run yet
+        self._parked = 0  # of them, those waiting for a call to arrive (an open run's)
         self._nursery: trio.Nursery | None = None
         self._on_block = self._blocked_first
         # The call in its first step: [slot, worker scope, start, whether it blocked].
@@ -184,6 +186,8 @@ class WorkerPool:
         """
         self.blocked = True
         left = len(self._slots) - self._next - self._coming
+        if not self._closed and left == 0 and not self._parked and not self._coming:
+            left = 1  # a spare, parked for the next call to arrive (``_more``)
         more = min(self._width - self._hired, left)
         if more > 0:
             assert self._nursery is not None
@@ -315,20 +319,30 @@ class WorkerPool:
         await trio.lowlevel.checkpoint_if_cancelled()
 
     async def _more(self, foreman: bool) -> bool:
-        """Whether calls are left to take; the foreman of an open run waits for them."""
+        """Whether calls are left to take; in an open run, wait for the next one.
+
+        The foreman waits, and so does one other worker when nobody else
+        does: the spare that ``_hire`` starts while every worker's call
+        blocks, so that a call streamed in later wakes a waiting worker
+        instead of paying for a task to be started (``offer``).
+        """
         while self._next >= len(self._slots):
-            if not foreman:
-                self._hired -= 1  # this worker ends: another may be hired for a later call
+            if self._closed or not (foreman or not self._parked):
+                if not foreman:
+                    self._hired -= 1  # this worker ends: another may be hired for a later call
                 return False
-            if self._closed:
-                return False
-            self._arrived = trio.Event()
-            await self._arrived.wait()
+            if self._arrived.is_set():
+                self._arrived = trio.Event()
+            self._parked += 1
+            try:
+                await self._arrived.wait()
+            finally:
+                self._parked -= 1
         return True
 
     def offer(self) -> None:
-        """A call was appended to an open run: wake the foreman or hire for it."""
-        if not self._arrived.is_set():
+        """A call was appended to an open run: wake a waiting worker, or hire one for it."""
+        if self._parked:
             self._arrived.set()
         else:
             self._hire()
