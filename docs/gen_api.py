@@ -39,6 +39,7 @@ MODULES = {
     "toolexec.pydantic_ai": "pydantic-ai (extra `pydantic-ai`)",
     "toolexec.ipc": "Tools for agents in other processes (supervisor and runner)",
     "toolexec.streams": "Streaming admission from provider streams",
+    "toolexec.durable": "Durable execution: the call journal, resume, questions across processes",
 }
 
 # Reading order within a module; a module without groups lists `__all__` in order,
@@ -175,8 +176,8 @@ agent loops and sub-agents, the workspace and the errors. Everything else
 lives in a public module named for its concern: `toolexec.events`,
 `toolexec.policy`, `toolexec.approval`, `toolexec.backends`, `toolexec.tools`,
 `toolexec.models`, `toolexec.formats`, `toolexec.mcp`, `toolexec.openapi`,
-`toolexec.otel`, `toolexec.aio`, `toolexec.testing`, `toolexec.ipc` and
-`toolexec.streams`, and the framework adapters `toolexec.langgraph`,
+`toolexec.otel`, `toolexec.aio`, `toolexec.testing`, `toolexec.ipc`,
+`toolexec.streams` and `toolexec.durable`, and the framework adapters `toolexec.langgraph`,
 `toolexec.openai_agents` and `toolexec.pydantic_ai`.
 Each name lives in exactly one module, the one shown in its `repr` and in
 tracebacks; the one exception is `toolexec.policy`, which also lists the

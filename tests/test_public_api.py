@@ -50,6 +50,7 @@ PUBLIC = [
     "toolexec.pydantic_ai",
     "toolexec.ipc",
     "toolexec.streams",
+    "toolexec.durable",
 ]
 # toolexec.policy lists the root's policy basics too, as the same objects.
 REEXPORTED = {"toolexec.policy": {"Allow", "AllowAll", "Ask", "Deny", "ToolPolicy"}}

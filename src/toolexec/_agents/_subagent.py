@@ -347,6 +347,9 @@ class SubAgentTool:
                 registry=registry,
                 policy=_NarrowedPolicy.below(parent.policy, parent.agent_path),
                 parent_call=(ctx.batch_id, ctx.call_id),
+                journal_scope=(
+                    None if ctx.idempotency_key is None else f"{self.name}@{ctx.idempotency_key}"
+                ),
             )
             loop = AgentLoop(
                 self._model(),

@@ -44,6 +44,7 @@ from ._workers import HostCancelled, WorkerPool
 
 if TYPE_CHECKING:
     from ._call import Runtime
+    from ._journaling import BatchJournal
     from ._limits import Pools
     from ._plan import BatchPlan, ExecutionStrategy, RunPlan
 
@@ -95,10 +96,14 @@ class Batch:
     _started: bool = attrs.field(default=False, init=False)
     _finished: bool = attrs.field(default=False, init=False)
     _token: trio.lowlevel.TrioToken | None = attrs.field(default=None, init=False, repr=False)
+    # The batch's journal (docs/durable.md), if the executor has one.
+    _journal: BatchJournal | None = attrs.field(default=None, alias="journal", repr=False)
 
     def __attrs_post_init__(self) -> None:
         rt = self._runtime
-        self._report = Reporter(rt.agent_path, self.id, rt.sinks, rt.hooks, rt.parent_call)
+        self._report = Reporter(
+            rt.agent_path, self.id, rt.sinks, rt.hooks, rt.parent_call, self._journal
+        )
 
     def cancel(self) -> None:
         """Cancel the batch: unfinished calls get ``cancelled`` results.
@@ -220,7 +225,10 @@ class Batch:
         finally:
             cancellers.discard(self.cancel)
             self._runtime.release_run()
-        return self._finish(messages)
+        outcome = self._finish(messages)
+        if self._journal is not None:  # every result durable before the host has it
+            await self._journal.flush()
+        return outcome
 
     async def _run_planned(self, steer: Steering | None) -> tuple[str, ...]:
         """Run a planned batch's runs in order; what steering returned, if it fired."""
@@ -350,6 +358,8 @@ class Batch:
                 await run_call(rt, slot, report)
         else:
             await self._run_together(slots)
+        if report.journal is not None:  # the run's records, in one write
+            await report.journal.flush()
         report.emit(RunFinished, index=run.index)
         return blocked
 

@@ -221,6 +221,8 @@ def begin(slot: CallSlot, report: Reporter) -> float:
     if slot.state is State.QUEUED:
         slot.advance(State.ADMITTING)
     slot.advance(State.RUNNING)
+    if report.journal is not None:
+        report.journal.started(slot)
     if report.sinks:
         report.call_event(CallStarted, slot.call, routing=slot.routing)
     return trio.current_time()
@@ -343,6 +345,7 @@ def _context(rt: Runtime, slot: CallSlot, report: Reporter) -> ToolContext:
         services=rt.services,
         emit=report.progress_emitter(call) if report.observed else drop_update,
         batch_id=report.batch_id,
+        idempotency_key=None if report.journal is None else report.journal.idempotency_key(call.id),
     )
 
 
@@ -382,7 +385,10 @@ def conclude(
     slot: CallSlot, report: Reporter, output: object, failure: ToolResult | None, start: float
 ) -> None:
     """Give a call that started at ``start`` its one result, and report it."""
-    slot.finish(_result(slot, output, failure, trio.current_time() - start))
+    result = _result(slot, output, failure, trio.current_time() - start)
+    if report.journal is not None:
+        result = report.journal.concluded(slot, result)
+    slot.finish(result)
     if report.observed:
         report.settle(slot)
 

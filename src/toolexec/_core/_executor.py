@@ -37,6 +37,7 @@ from ._backend import Backend
 from ._batch import Batch, BatchOutcome, Steering, Stream
 from ._call import RunBinding, Runtime
 from ._drive import run_alone
+from ._journaling import Journal, batch_key_of
 from ._lifecycle import CallSlot
 from ._limits import ConcurrencyConfig, ExecutorStatistics, Pools
 from ._plan import BatchPlan, ExecutionStrategy, Parallel, RunPlan
@@ -178,6 +179,10 @@ class ToolExecutor:
             shell do) by what they touch rather than by class: a write waits
             only for earlier calls touching the same resource, a read only
             for earlier writes to it (docs/resources.md). Off by default.
+        journal: record every call in this session's ``Journal``, so that a
+            batch submitted again after a crash resumes without repeating a
+            side effect, and questions outlive the process (docs/durable.md).
+            Forks record their calls below the call that started them.
 
     An executor is immutable; ``fork_for_subagent`` makes a changed copy.
     """
@@ -221,6 +226,11 @@ class ToolExecutor:
     parent_call: tuple[str, str] | None = None
     resource_conflicts: bool = attrs.field(
         default=False, validator=_instance(bool, "True or False"), kw_only=True
+    )
+    journal: Journal | None = attrs.field(
+        default=None,
+        validator=_instance(Journal, "a toolexec.durable.Journal or None", optional=True),
+        kw_only=True,
     )
     _memory: ApprovalMemory = attrs.field(factory=ApprovalMemory, alias="memory", repr=False)
     _pools: Pools | None = attrs.field(default=None, alias="pools", repr=False)
@@ -276,11 +286,16 @@ class ToolExecutor:
 
     # -- public API -------------------------------------------------------
 
-    def prepare(self, calls: Sequence[ToolCall]) -> Batch:
+    def prepare(self, calls: Sequence[ToolCall], *, batch_key: str | None = None) -> Batch:
         """Route and plan a batch without running it (see ``Batch.plan``).
+
+        With a journal, ``batch_key`` names the batch in it (the same on
+        every re-submission); by default it is derived from the call ids.
 
         Raises:
             TypeError: ``calls`` is not a sequence of ``ToolCall``.
+            RuntimeError: the journal's records were not loaded (``execute_batch``
+                loads them).
         """
         if isinstance(calls, ToolCall | str | Mapping):
             raise _not_calls(calls)
@@ -289,14 +304,21 @@ class ToolExecutor:
             if not isinstance(slot.call, ToolCall):
                 raise _not_calls(slot.call, slot.index)
         plan_call = self._planner.plan_call
-        for slot in slots:
-            plan_call(slot)
+        journal = None
+        if self.journal is None:
+            for slot in slots:
+                plan_call(slot)
+        else:
+            journal = self.journal.batch(batch_key or batch_key_of([s.call for s in slots]))
+            for slot in slots:
+                journal.plan(slot, plan_call)
         return Batch(
             f"{self.agent_path}:b{next(self._ids)}",
             slots,
             self._plan(slots),
             self._runtime,
             self.steering,
+            journal=journal,
         )
 
     def open_batch(self) -> Batch:
@@ -315,7 +337,16 @@ class ToolExecutor:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(feed, batch)   # add(...) per call, then close()
                 outcome = await batch.run()
+
+        Raises:
+            ValueError: the executor has a journal: streamed batches are not
+                journaled (plan the batch whole).
         """
+        if self.journal is not None:
+            raise ValueError(
+                "a streamed batch cannot be journaled yet: its call ids are not known when it "
+                "opens; run the calls with execute_batch once the model has sent them all"
+            )
         slots: list[CallSlot] = []
         stream = Stream(
             self._planner.plan_call,
@@ -369,14 +400,23 @@ class ToolExecutor:
         )
 
     async def execute_batch(
-        self, calls: Sequence[ToolCall], *, steering: Steering | None = None
+        self,
+        calls: Sequence[ToolCall],
+        *,
+        steering: Steering | None = None,
+        batch_key: str | None = None,
     ) -> BatchOutcome:
         """Run a batch to completion; return one result per call, in call order.
+
+        ``batch_key``: the batch's name in the journal, if there is one
+        (``prepare``).
 
         Raises:
             TypeError: ``calls`` is not a sequence of ``ToolCall``.
         """
-        return await self.prepare(calls).run(steering=steering)
+        if self.journal is not None:
+            await self.journal.ready()
+        return await self.prepare(calls, batch_key=batch_key).run(steering=steering)
 
     async def execute_call(self, call: ToolCall) -> ToolResult:
         """Run one call as a batch of its own; return its result.
@@ -395,6 +435,8 @@ class ToolExecutor:
                 f"execute_call takes a ToolCall, got {type(call).__name__} ({call!r:.80}); "
                 "toolexec.formats parses a provider's calls into ToolCall objects"
             )
+        if self.journal is not None:
+            return (await self.execute_batch([call])).results[0]
         slot = CallSlot(0, call)
         self._planner.plan_call(slot)
         rt = self._runtime
@@ -421,6 +463,7 @@ class ToolExecutor:
         registry: ToolRegistry | None = None,
         policy: ToolPolicy | None = None,
         parent_call: tuple[str, str] | None = None,
+        journal_scope: str | None = None,
     ) -> ToolExecutor:
         """An executor for a sub-agent: same tools, policy and sinks, forked pools.
 
@@ -436,7 +479,14 @@ class ToolExecutor:
             policy: the child's policy, if not this executor's.
             parent_call: ``(batch id, call id)`` of the call starting the
                 sub-agent; the child's events name it.
+            journal_scope: where the child's calls are journaled, below this
+                executor's (``Journal.below``); the same on every attempt of
+                the call starting it, so the child resumes too. By default
+                ``name``.
         """
+        journal = self.journal
+        if journal is not None:
+            journal = journal.below(journal_scope or name)
         return attrs.evolve(
             self,
             registry=registry if registry is not None else self.registry,
@@ -446,6 +496,7 @@ class ToolExecutor:
             memory=self._memory,
             pools=self.pools.fork(),
             binding=self._binding,
+            journal=journal,
         )
 
     def service(self, kind: type[T]) -> T | None:

@@ -191,6 +191,17 @@ def unknown_sandbox(name: str, sandbox: str, available: Iterable[str]) -> str:
     )
 
 
+def interrupted(name: str) -> str:
+    return (
+        f"Tool '{name}' was interrupted: the host stopped while it ran, and it may or may "
+        "not have taken effect. It was not run again; check its effect before retrying."
+    )
+
+
+def finished_elsewhere(name: str) -> str:
+    return f"Tool '{name}' already ran on another host; this is its result."
+
+
 def denied_for_session(name: str) -> str:
     return f"The user denied tool '{name}' for the rest of this session."
 

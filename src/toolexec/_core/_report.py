@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 
     from .._gate._hooks import CallHook
     from ._events import Event, EventSink
+    from ._journaling import BatchJournal
     from ._lifecycle import CallSlot
     from ._types import ToolCall
 
@@ -47,6 +48,8 @@ class Reporter:
     hooks: tuple[CallHook, ...]
     # (batch id, call id) of the call whose sub-agent runs this batch, if any.
     parent: tuple[str, str] | None = None
+    # The batch's journal (docs/durable.md); None when durability is off.
+    journal: BatchJournal | None = None
 
     @property
     def observed(self) -> bool:

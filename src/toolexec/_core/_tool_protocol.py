@@ -111,6 +111,9 @@ class ToolContext:
         grant: what the policy attached to this call (sandbox, limits).
         grace_period: seconds a cancelled tool gets for its cleanup.
         batch_id: the id of the batch the call belongs to.
+        idempotency_key: with a journal (docs/durable.md), a key for this
+            call that is the same on every attempt, for an idempotent tool
+            to hand to whatever it changes; ``None`` without a journal.
 
     Use ``service(kind)`` for the host objects the executor was given and for
     the executor itself (``ctx.service(ToolExecutor)``).
@@ -127,6 +130,7 @@ class ToolContext:
     _services: Services = attrs.field(factory=Services, alias="services", repr=False)
     _emit: Callable[[str, Any], None] = attrs.field(default=drop_update, alias="emit", repr=False)
     batch_id: str = ""
+    idempotency_key: str | None = None
 
     @overload
     def service(self, kind: type[T]) -> T | None: ...

@@ -367,6 +367,10 @@ class ToolDefinition:
             ``resource_conflicts=True`` (docs/resources.md). It is called in
             a worker thread when the call's run starts. Tools without it keep
             their class behaviour.
+        idempotent: running a call twice has the effect of running it once
+            (the tool makes sure, with ``ToolContext.idempotency_key``), so
+            a journaled call interrupted by a crash runs again on resume
+            (docs/durable.md).
     """
 
     name: str
@@ -386,6 +390,7 @@ class ToolDefinition:
     resources: Callable[[Mapping[str, Any]], Iterable[Resource]] | None = attrs.field(
         default=None, eq=False, repr=False
     )
+    idempotent: bool = False
 
     @property
     def effective_timeout(self) -> float:

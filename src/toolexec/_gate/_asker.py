@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import logging
+from functools import partial
 from typing import TYPE_CHECKING
 
 import attrs
@@ -79,7 +80,7 @@ class Asker:
 
     async def _ask(self, slot: CallSlot, report: Reporter) -> ToolResult | None:
         name = slot.call.name
-        if self.approver is None:
+        if self.approver is None and report.journal is None:  # a journal: any process answers
             return error_result(slot, ErrorClass.PERMISSION_DENIED, say.no_approver(name))
         try:
             request = self._request(slot)
@@ -104,7 +105,11 @@ class Asker:
         name = slot.call.name
         timeout = self.config.timeout if self.config is not None else 300.0
         report.call_event(ApprovalRequested, slot.call, summary=request.summary)
-        answer = await self._wait(slot, request, timeout)
+        if report.journal is None:
+            answer = await self._wait(slot, request, timeout)
+        else:  # the question is a journal record; any process may answer it
+            here = None if self.approver is None else partial(self._wait, slot, request)
+            answer = await report.journal.approval(slot, request, timeout, here)
         if isinstance(answer, ToolResult):
             return answer
         report.call_event(
