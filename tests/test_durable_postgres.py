@@ -8,9 +8,15 @@ the tests skip and say what is missing.
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
+import signal
+import subprocess
+import sys
 import threading
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -220,3 +226,100 @@ def test_the_clock_is_the_servers_or_the_hosts() -> None:
     with pytest.raises(ValueError, match="clock"):
         PostgresStore("dbname=x", clock="mine")  # type: ignore[arg-type]
     assert "server" in repr(PostgresStore("dbname=x"))
+
+
+# -- several hosts on one journal: real processes --------------------------------
+
+HOST = Path(__file__).with_name("durable_host.py")
+HANG_GUARD = 120  # seconds: far above what these runs take on a loaded machine
+
+
+class Host:
+    """A host process (``durable_host.py``) on the shared journal, driven over its pipes."""
+
+    def __init__(self, process: trio.Process) -> None:
+        self.process = process
+        self._buffer = b""
+
+    @classmethod
+    async def start(cls, conninfo: str, markers: Path, lease: float) -> Host:
+        process = await trio.lowlevel.open_process(
+            [sys.executable, str(HOST), conninfo, str(markers), str(lease)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            start_new_session=True,
+        )
+        return cls(process)
+
+    async def send(self, session: str, calls: list[tuple[str, str, str]]) -> None:
+        assert self.process.stdin is not None
+        line = json.dumps({"session": session, "calls": calls}) + "\n"
+        await self.process.stdin.send_all(line.encode())
+
+    async def line(self) -> str:
+        assert self.process.stdout is not None
+        while b"\n" not in self._buffer:
+            chunk = await self.process.stdout.receive_some()
+            assert chunk, f"host {self.process.pid} exited: {self.process.returncode}"
+            self._buffer += chunk
+        line, self._buffer = self._buffer.split(b"\n", 1)
+        return line.decode()
+
+    async def results(self) -> list[dict[str, Any]]:
+        line = await self.line()
+        while line.startswith("started "):
+            line = await self.line()
+        parsed: list[dict[str, Any]] = json.loads(line)
+        return parsed
+
+    def kill(self) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.process.pid, signal.SIGKILL)
+
+    async def close(self) -> None:
+        self.kill()
+        await self.process.wait()
+
+
+@contextlib.asynccontextmanager
+async def hosts(conninfo: str, markers: Path, n: int, lease: float) -> AsyncIterator[list[Host]]:
+    started: list[Host] = []
+    try:
+        for _ in range(n):
+            started.append(await Host.start(conninfo, markers, lease))
+        yield started
+    finally:
+        with trio.CancelScope(shield=True):
+            for host in started:
+                await host.close()
+
+
+def _marks(markers: Path, marker: str) -> list[str]:
+    return (markers / marker).read_text().splitlines()
+
+
+@pytest.mark.slow  # host processes killed mid-call
+async def test_after_a_dead_hosts_lease_expires_its_calls_are_treated_as_interrupted(
+    pg_dsn: str, tmp_path: Path
+) -> None:
+    with trio.fail_after(HANG_GUARD):
+        async with hosts(pg_dsn, tmp_path, 3, lease=1.0) as (writer, reader, survivor):
+            await writer.send("w", [("c1", "hang", "w-c1")])
+            await reader.send("r", [("c1", "hang_read", "r-c1")])
+            assert await writer.line() == "started w-c1"
+            assert await reader.line() == "started r-c1"
+            writer.kill()
+            reader.kill()
+            # The survivor waits out each dead host's lease (it was renewed
+            # while they lived), then applies the resume rules.
+            await survivor.send("w", [("c1", "hang", "w-c1")])
+            [write] = await survivor.results()
+            await survivor.send("r", [("c1", "hang_read", "r-c1")])
+            [read] = await survivor.results()
+    assert write["error"]
+    assert write["interrupted"]
+    assert "may or may not have taken effect" in write["text"]
+    assert len(_marks(tmp_path, "w-c1")) == 1  # the write was not run again
+    assert not read["error"]
+    assert read["text"] == "ran again r-c1"  # a read may run again
+    assert len(_marks(tmp_path, "r-c1")) == 2
