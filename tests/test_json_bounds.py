@@ -201,3 +201,40 @@ def test_the_worker_escapes_a_lone_surrogate() -> None:
     line = encode_line("progress", message="name-\udcff")
     assert line.isascii()
     assert parse_line(line)["message"] == "name-\udcff"
+
+
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(), inner, max_size=4),
+    max_leaves=20,
+)
+
+
+def _loads_object(text: str) -> dict[str, Any] | None:
+    try:
+        value = json.loads(text)
+    except (ValueError, RecursionError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    value=_JSON,
+    before=st.sampled_from(["", " ", "\n\t", "\ufeff"]),
+    after=st.sampled_from(["", " ", " \n", "x", "}", " {}"]),
+    indent=st.sampled_from([None, 1]),
+)
+def test_arguments_text_is_read_exactly_as_json_loads_reads_it(
+    value: Any, before: str, after: str, indent: int | None
+) -> None:
+    """The planner's fast read of a call's JSON text takes exactly the texts
+    ``json.loads`` reads as an object, with the same value, and leaves every other
+    text to ``json.loads`` (which words its error)."""
+    from toolexec._core._routing import _object_of
+
+    for text in (before + json.dumps(value, indent=indent) + after, json.dumps(value)[:-1]):
+        fast = _object_of(text)
+        assert fast is None or fast == _loads_object(text)
+        if before == "" and _loads_object(text) is not None:
+            assert fast == _loads_object(text)

@@ -30,6 +30,8 @@ from ._registry import integral_arguments
 from ._types import ErrorClass, RoutingClass, SideEffects
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from .._gate._approval import ApprovalConfig
     from .._gate._hooks import CallHook
     from .._gate._policy import ToolPolicy
@@ -40,6 +42,27 @@ if TYPE_CHECKING:
 __all__ = ["Planner"]
 
 _log = logging.getLogger("toolexec")
+
+_scan: Callable[[str, int], tuple[Any, int]] = json.JSONDecoder().scan_once  # type: ignore[attr-defined]
+
+
+def _object_of(text: str) -> dict[str, Any] | None:
+    """The JSON object ``text`` holds, as ``json.loads`` reads it; ``None`` for
+    anything else (``json.loads`` then says what is wrong, in its words).
+
+    The per-call path, as models send arguments: ``json.loads`` without its
+    three Python frames, through the decoder's scanner (C in CPython), which
+    reads one value from an index and raises ``StopIteration`` where none
+    starts.
+    """
+    try:
+        value, end = _scan(text, 0)
+    except (StopIteration, ValueError, RecursionError):
+        return None
+    if type(value) is dict and (end == len(text) or not text[end:].strip()):
+        return value
+    return None
+
 
 _PROMPTED_BY_ASK = (ApprovalMode.AUTO, ApprovalMode.PROMPT_ONCE)
 
@@ -99,6 +122,9 @@ class Planner:
 
     def _parse(self, slot: CallSlot) -> ToolResult | None:
         raw, name = slot.call.arguments, slot.call.name
+        if type(raw) is str and (value := _object_of(raw)) is not None:
+            slot.arguments = value
+            return None
         if isinstance(raw, dict):
             slot.arguments = raw
             return None

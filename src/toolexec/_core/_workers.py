@@ -270,10 +270,12 @@ class WorkerPool:
         me = trio.lowlevel.current_task()  # the permit's borrower
         held = keep = False  # our permit; and whether nobody can have queued for it since
         try:
-            while await self._more(not hired):
+            while self._more(not hired):
                 with _NO_DEADLINES if self._inert else trio.CancelScope() as scope:
                     try:
-                        while self._next < len(slots):
+                        while self._next < len(slots) or (
+                            not held and await self._wait_here(scope, not hired)
+                        ):
                             if not held:
                                 keep, held = await take_permit(limiter, me), True
                                 continue  # the other workers may have taken every call meanwhile
@@ -318,26 +320,38 @@ class WorkerPool:
             raise HostCancelled
         await trio.lowlevel.checkpoint_if_cancelled()
 
-    async def _more(self, foreman: bool) -> bool:
-        """Whether calls are left to take; in an open run, wait for the next one.
+    def _more(self, foreman: bool) -> bool:
+        """Whether this worker goes on: calls are left, or it is the one to wait for
+        the next call of an open run (``_wait_here``); if not, it is counted out."""
+        if self._next < len(self._slots) or self._may_wait(foreman):
+            return True
+        if not foreman:
+            self._hired -= 1  # this worker ends: another may be hired for a later call
+        return False
 
-        The foreman waits, and so does one other worker when nobody else
-        does: the spare that ``_hire`` starts while every worker's call
-        blocks, so that a call streamed in later wakes a waiting worker
-        instead of paying for a task to be started (``offer``).
-        """
-        while self._next >= len(self._slots):
-            if self._closed or not (foreman or not self._parked):
-                if not foreman:
-                    self._hired -= 1  # this worker ends: another may be hired for a later call
-                return False
-            if self._arrived.is_set():
-                self._arrived = trio.Event()
-            self._parked += 1
-            try:
-                await self._arrived.wait()
-            finally:
-                self._parked -= 1
+    def _may_wait(self, foreman: bool) -> bool:
+        """Whether a worker out of calls waits for the next: in an open run, the
+        foreman does, and so does one other worker when nobody else does (the
+        spare that ``_hire`` starts while every worker's call blocks, so that a
+        call streamed in later wakes a waiting worker, ``offer``, instead of
+        paying for a task to be started)."""
+        return not self._closed and (foreman or not self._parked)
+
+    async def _wait_here(self, scope: trio.CancelScope, foreman: bool) -> bool:
+        """Out of calls, holding no permit: wait for the next one in this worker's
+        scope (entering a fresh one would cost the streamed call more than its
+        wake-up); ``False`` if this worker is not the one to wait, or its scope
+        is spent."""
+        if scope.cancel_called or not self._may_wait(foreman):
+            return False
+        scope.deadline = math.inf  # the last call's deadline no longer matters
+        if self._arrived.is_set():
+            self._arrived = trio.Event()
+        self._parked += 1
+        try:
+            await self._arrived.wait()
+        finally:
+            self._parked -= 1
         return True
 
     def offer(self) -> None:
