@@ -83,9 +83,9 @@ CREATE TABLE IF NOT EXISTS toolexec_calls (
     deadline double precision,
     answer text,
     PRIMARY KEY (session, agent_path, batch, call_id)
-);
-CREATE INDEX IF NOT EXISTS toolexec_calls_open_questions ON toolexec_calls (session)
-    WHERE question IS NOT NULL AND answer IS NULL AND phase < 2;
+) WITH (fillfactor = 50);
+CREATE INDEX IF NOT EXISTS toolexec_calls_questions ON toolexec_calls (session)
+    WHERE question IS NOT NULL;
 """
 
 _SERVER_NOW = "extract(epoch FROM clock_timestamp())::float8"
@@ -103,28 +103,47 @@ ON CONFLICT (session, agent_path, batch, call_id) DO UPDATE SET phase = t.phase
 RETURNING {_COLUMNS}, {_SERVER_NOW}
 """
 
-# The merge of JournalStore.write, on rows the flush already holds.
-_MERGE = f"""
-UPDATE toolexec_calls AS t SET
-    phase = GREATEST(t.phase, u.phase),
-    idx = u.idx,
-    tool = u.tool,
-    arguments = u.arguments,
-    grant_json = COALESCE(u.grant_json, t.grant_json),
-    rerun = u.rerun,
-    attempt = GREATEST(t.attempt, u.attempt),
-    lease_owner = COALESCE(u.lease_owner, t.lease_owner),
-    lease_until = COALESCE(u.lease_until, t.lease_until),
-    result = COALESCE(u.result, t.result),
-    question = COALESCE(u.question, t.question),
-    deadline = COALESCE(u.deadline, t.deadline)
-FROM unnest(
-    %s::text[], %s::text[], %s::text[], %s::text[], %s::int2[], %s::int4[], %s::text[],
-    %s::text[], %s::text[], %s::bool[], %s::int4[], %s::text[], %s::float8[], %s::text[],
-    %s::text[], %s::float8[]
-) AS u(session, agent_path, batch, call_id, phase, idx, tool, arguments, grant_json, rerun,
-       attempt, lease_owner, lease_until, result, question, deadline)
-WHERE {_MATCH}
+# The merge of JournalStore.write: ``{s}`` is the row merged in, ``t`` the stored one.
+_SET = """
+    phase = GREATEST(t.phase, {s}.phase),
+    idx = {s}.idx,
+    tool = {s}.tool,
+    arguments = {s}.arguments,
+    grant_json = COALESCE({s}.grant_json, t.grant_json),
+    rerun = {s}.rerun,
+    attempt = GREATEST(t.attempt, {s}.attempt),
+    lease_owner = COALESCE({s}.lease_owner, t.lease_owner),
+    lease_until = COALESCE({s}.lease_until, t.lease_until),
+    result = COALESCE({s}.result, t.result),
+    question = COALESCE({s}.question, t.question),
+    deadline = COALESCE({s}.deadline, t.deadline)
+"""
+_FIELDS = (
+    "session, agent_path, batch, call_id, phase, idx, tool, arguments, grant_json, rerun,"
+    " attempt, lease_owner, lease_until, result, question, deadline"
+)
+# The records merged in, one array per column. A lease end arrives as the
+# lease's length when the server's clock keeps leases (the first parameter
+# says so), and becomes the server's time plus that length here.
+_ROWS = f"""(
+    SELECT u.session, u.agent_path, u.batch, u.call_id, u.phase, u.idx, u.tool, u.arguments,
+        u.grant_json, u.rerun, u.attempt, u.lease_owner,
+        u.lease_until + CASE WHEN %s::bool THEN {_SERVER_NOW} ELSE 0 END AS lease_until,
+        u.result, u.question, u.deadline
+    FROM unnest(
+        %s::text[], %s::text[], %s::text[], %s::text[], %s::int2[], %s::int4[], %s::text[],
+        %s::text[], %s::text[], %s::bool[], %s::int4[], %s::text[], %s::float8[], %s::text[],
+        %s::text[], %s::float8[]
+    ) AS u({_FIELDS})
+) AS u"""
+
+# Merge into rows the flush already holds (after _LOCK).
+_MERGE = f"UPDATE toolexec_calls AS t SET {_SET.format(s='u')} FROM {_ROWS} WHERE {_MATCH}"
+
+# Lock in key order and merge in one statement (a round of writes only).
+_UPSERT = f"""
+INSERT INTO toolexec_calls AS t ({_FIELDS}) SELECT * FROM {_ROWS} ORDER BY 1, 2, 3, 4
+ON CONFLICT (session, agent_path, batch, call_id) DO UPDATE SET {_SET.format(s="EXCLUDED")}
 """
 
 _RENEW = f"""
@@ -140,6 +159,7 @@ _ANSWER = f"""
 UPDATE toolexec_calls SET answer = %s
 WHERE {" AND ".join(f"{c} = %s" for c in _KEY_COLUMNS)}
     AND question IS NOT NULL AND answer IS NULL AND phase < 2
+RETURNING 1
 """
 
 _SELECT = f"SELECT {_COLUMNS}, {_SERVER_NOW} FROM toolexec_calls"
@@ -264,9 +284,12 @@ class PostgresStore:
         return op.outcome()
 
     async def _flush_queue(self) -> None:
-        ops, self._queue = self._queue, []
         self._flushing = True
         try:
+            # Let the tasks that are ready to run queue their operations
+            # first: calls that start or finish together share this commit.
+            await trio.lowlevel.cancel_shielded_checkpoint()
+            ops, self._queue = self._queue, []
             await trio.to_thread.run_sync(self._flush, ops)
         finally:
             self._flushing = False
@@ -298,7 +321,9 @@ class PostgresStore:
             op.value, op.error = None, None
         try:
             conn = self._connection()
-            with conn.transaction():
+            # Pipelined: BEGIN travels with the first statement and COMMIT with
+            # the last, so a flush costs the server one or two round trips.
+            with conn.pipeline(), conn.transaction():
                 apply(conn, ops)
         except Exception as exc:
             if isinstance(exc, psycopg.OperationalError):
@@ -333,12 +358,15 @@ class PostgresStore:
                 op.value = [self._lease_out(_record(r[:-1]), r[-1], host_now) for r in rows]
 
     def _apply_round(self, conn: psycopg.Connection[Any], items: list[_Item]) -> None:
-        """Lock the round's keys in order, decide its claims, merge its records."""
+        """Lock the round's keys in key order, decide its claims, merge its records."""
+        if all(op.kind == "write" for op, _ in items):
+            conn.execute(_UPSERT, self._rows([(op.args[-1], record) for op, record in items]))
+            return
         keys = sorted(_key(record.key) for _, record in items)
         rows = conn.execute(_LOCK, _columns(keys, 4)).fetchall()
         stored = {tuple(row[:4]): _record(row[:-1]) for row in rows}
         server_now = max(row[-1] for row in rows)
-        merged: list[CallRecord] = []
+        merged: list[tuple[float, CallRecord]] = []
         for op, record in items:
             host_now = op.args[-1]
             if op.kind == "claim":
@@ -348,15 +376,14 @@ class PostgresStore:
                     op.value = self._lease_out(found, server_now, host_now)
                     continue
                 record = attrs.evolve(record, phase=Phase.STARTED, attempt=found.attempt + 1)
-            merged.append(self._lease_on(record, server_now, host_now))
+            merged.append((host_now, record))
         if merged:
-            conn.execute(_MERGE, _columns([_row(r) for r in merged], 16))
+            conn.execute(_MERGE, self._rows(merged))
 
-    def _lease_on(self, record: CallRecord, server_now: float, host_now: float) -> CallRecord:
-        """A host's record as stored: its lease end on the server's clock."""
-        if self.clock == "host" or record.lease_until is None:
-            return record
-        return attrs.evolve(record, lease_until=server_now + (record.lease_until - host_now))
+    def _rows(self, records: list[tuple[float, CallRecord]]) -> list[Any]:
+        """The parameters of ``_ROWS``: records, each with the host's time when it was sent."""
+        server = self.clock == "server"
+        return [server, *_columns([_row(r, now if server else 0.0) for now, r in records], 16)]
 
     def _lease_out(self, record: CallRecord, server_now: float, host_now: float) -> CallRecord:
         """A stored record as a host sees it: its lease end on the host's clock."""
@@ -376,7 +403,7 @@ class PostgresStore:
     def _answer(self, conn: psycopg.Connection[Any], ops: list[_Op]) -> None:
         for op in ops:
             key, answer = op.args
-            op.value = conn.execute(_ANSWER, (answer, *_key(key))).rowcount == 1
+            op.value = bool(conn.execute(_ANSWER, (answer, *_key(key))).fetchall())
 
 
 def _rounds(ops: list[_Op]) -> list[list[_Item]]:
@@ -416,7 +443,8 @@ def _key(key: CallKey) -> tuple[str, str, str, str]:
     return (key.session, key.agent_path, key.batch, key.call_id)
 
 
-def _row(r: CallRecord) -> tuple[Any, ...]:
+def _row(r: CallRecord, now: float) -> tuple[Any, ...]:
+    """A record as ``_ROWS`` takes it: its lease end less ``now`` (0: as it is)."""
     return (
         *_key(r.key),
         int(r.phase),
@@ -427,7 +455,7 @@ def _row(r: CallRecord) -> tuple[Any, ...]:
         r.rerun,
         r.attempt,
         r.lease_owner,
-        r.lease_until,
+        None if r.lease_until is None else r.lease_until - now,
         r.result,
         r.question,
         r.deadline,
