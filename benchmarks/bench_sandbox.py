@@ -4,9 +4,18 @@ Run: ``python benchmarks/bench_sandbox.py`` (``--quick`` for fewer repeats).
 In one process, interleaved round by round, it runs the same ``shell`` call
 (``true``) through a ``ToolExecutor`` on the host and through one routed to
 a ``SubprocessBackend`` restricted to each isolation level this machine has
-(``bwrap``, ``unshare``, ``rlimits``), and prints the median time per call
-of each and its ratio to the host's. The load average is printed before and
-after: compare runs only on a quiet machine.
+(``bwrap``, ``unshare``, ``rlimits``), fresh (a sandbox per call) and warm
+(``warm=4``: a kept sandbox runs each call as a fresh process), and prints
+the median time per call of each and its ratio to the host's. Outside
+toolexec, in the same rounds, it times ``sh -c true`` and ``bwrap ... true``
+(the namespaces, mounts and seccomp filter of a call at the ``bwrap`` level,
+started from this process: the floor for a fresh bwrap sandbox). The load average is
+printed before and after: compare runs only on a quiet machine.
+
+The last two lines are for scripts::
+
+    warm shell vs host: X.XXx           (the best level's warm sandbox)
+    fresh bwrap shell vs raw bwrap: X.XXx
 """
 
 from __future__ import annotations
@@ -14,18 +23,26 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
+import subprocess
 import tempfile
 import time
+from typing import TYPE_CHECKING
 
 import trio
 
 from toolexec import ToolCall, ToolExecutor, ToolRegistry
+from toolexec._backends._sandbox_child import unix_socket_filter
+from toolexec._backends._sandbox_launch import bwrap_command
 from toolexec._tools._shell import ShellTool
 from toolexec._tools._workspace import Workspace
-from toolexec.backends import SubprocessBackend
+from toolexec.backends import SandboxLimits, SubprocessBackend
 from toolexec.policy import Allow, ExecutionGrant
 
+if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
+
 LEVELS = ("bwrap", "unshare", "rlimits")
+Timed = dict[str, "Callable[[int], Awaitable[float]]"]
 
 
 class _ToSandbox:
@@ -33,40 +50,104 @@ class _ToSandbox:
         return Allow(ExecutionGrant(sandbox="subprocess"))
 
 
-async def _per_call(executor: ToolExecutor, calls: int) -> float:
-    call = [ToolCall("1", "shell", {"command": "true"})]
-    start = time.perf_counter()
-    for _ in range(calls):
-        outcome = await executor.execute_batch(call)
-        assert not outcome.results[0].is_error, outcome.results[0].text
-    return (time.perf_counter() - start) / calls
+def _shell_calls(executor: ToolExecutor) -> Callable[[int], Awaitable[float]]:
+    async def per_call(calls: int) -> float:
+        call = [ToolCall("1", "shell", {"command": "true"})]
+        start = time.perf_counter()
+        for _ in range(calls):
+            outcome = await executor.execute_batch(call)
+            assert not outcome.results[0].is_error, outcome.results[0].text
+        return (time.perf_counter() - start) / calls
+
+    return per_call
+
+
+def _raw(argv: list[str]) -> Callable[[int], Awaitable[float]]:
+    async def per_call(calls: int) -> float:
+        start = time.perf_counter()
+        for _ in range(calls):
+            subprocess.run(argv, check=True)  # timed as it is, blocking
+        return (time.perf_counter() - start) / calls
+
+    return per_call
+
+
+async def _raw_bwrap(root: str) -> Callable[[int], Awaitable[float]]:
+    """``bwrap ... true`` with the namespaces, mounts and seccomp filter of a call
+    at the ``bwrap`` level, started from this process."""
+    found = await SubprocessBackend(levels=("bwrap",)).detect()
+    argv = bwrap_command(found, SandboxLimits(), root, "/bin/true", ["true"])
+    assert argv is not None
+    read, write = os.pipe()
+    os.write(write, unix_socket_filter())
+    os.close(write)
+    argv[argv.index("--seccomp") + 1] = str(read)
+    os.close(read)
+
+    async def per_call(calls: int) -> float:
+        start = time.perf_counter()
+        for _ in range(calls):
+            filters, write = os.pipe()
+            os.write(write, unix_socket_filter())
+            os.close(write)
+            if filters != read:
+                os.dup2(filters, read)
+                os.close(filters)
+            subprocess.run(argv, check=True, pass_fds=(read,))
+            os.close(read)
+        return (time.perf_counter() - start) / calls
+
+    return per_call
+
+
+async def _sandboxes(registry: ToolRegistry, stack: list[SubprocessBackend]) -> Timed:
+    """Per level the machine has: the shell call in a fresh and in a warm sandbox."""
+    timed: Timed = {}
+    for level in LEVELS:
+        for mode, warm in (("fresh", 0), ("warm", 4)):
+            backend = SubprocessBackend(levels=(level,), warm=warm)
+            found = await backend.detect()
+            if found.level != level:
+                print(f"{level}: not available here ({found.why_not()})")
+                break
+            stack.append(backend)
+            executor = ToolExecutor(registry, policy=_ToSandbox(), backends={"subprocess": backend})
+            timed[f"{level} {mode}"] = _shell_calls(executor)
+    # H4: the wasm row (a function tool in the wasm sandbox) goes here.
+    return timed
 
 
 async def main(rounds: int, calls: int) -> None:
     root = tempfile.mkdtemp(prefix="toolexec-bench-")
     registry = ToolRegistry()
     registry.register(ShellTool(Workspace(root)))
-    executors = {"host": ToolExecutor(registry)}
-    for level in LEVELS:
-        backend = SubprocessBackend(levels=(level,))
-        found = await backend.detect()
-        if found.level != level:
-            print(f"{level}: not available here ({found.why_not()})")
-            continue
-        executors[level] = ToolExecutor(
-            registry, policy=_ToSandbox(), backends={"subprocess": backend}
-        )
-    samples: dict[str, list[float]] = {name: [] for name in executors}
-    for executor in executors.values():  # warm up: the reaper, the probes, the page cache
-        await _per_call(executor, 2)
-    for _ in range(rounds):
-        for name, executor in executors.items():
-            samples[name].append(await _per_call(executor, calls))
-    host = statistics.median(samples["host"])
-    print(f"{'where':<10} {'ms per call':>12} {'x host':>8}")
-    for name, values in samples.items():
-        median = statistics.median(values)
-        print(f"{name:<10} {median * 1000:>12.2f} {median / host:>8.1f}")
+    timed: Timed = {"host": _shell_calls(ToolExecutor(registry))}
+    backends: list[SubprocessBackend] = []
+    timed.update(await _sandboxes(registry, backends))
+    timed["sh -c true"] = _raw(["/bin/sh", "-c", "true"])
+    if "bwrap fresh" in timed:
+        timed["raw bwrap true"] = await _raw_bwrap(root)
+    samples: dict[str, list[float]] = {name: [] for name in timed}
+    try:
+        for per_call in timed.values():  # warm up: the reaper, the probes, the page cache
+            await per_call(2)
+        for _ in range(rounds):
+            for name, per_call in timed.items():
+                samples[name].append(await per_call(calls))
+    finally:
+        for backend in backends:
+            await backend.aclose()
+    medians = {name: statistics.median(values) for name, values in samples.items()}
+    host = medians["host"]
+    print(f"{'where':<16} {'ms per call':>12} {'x host':>8}")
+    for name, median in medians.items():
+        print(f"{name:<16} {median * 1000:>12.2f} {median / host:>8.2f}")
+    warm = next((medians[f"{lv} warm"] for lv in LEVELS if f"{lv} warm" in medians), None)
+    if warm is not None:
+        print(f"warm shell vs host: {warm / host:.2f}x")
+    if "raw bwrap true" in medians:
+        raw = medians["raw bwrap true"]
+        print(f"fresh bwrap shell vs raw bwrap: {medians['bwrap fresh'] / raw:.2f}x")
 
 
 if __name__ == "__main__":

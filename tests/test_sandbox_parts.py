@@ -342,3 +342,114 @@ def test_a_report_line_is_decoded_within_bounds(line: bytes, why: str) -> None:
     assert why in reports.malformed
     run._take(b'{"op": "progress", "message": "fine"}', reports)
     assert ctx.messages == ["fine"]
+
+
+async def test_a_warm_launcher_as_a_plain_child(measured_launcher: None, tmp_path: Path) -> None:
+    """The warm launcher at ``rlimits`` (a subreaper): commands with and without limits,
+    a background process, a timeout, function tools; then it is closed."""
+    from toolexec import ToolCall, ToolExecutor, ToolRegistry, Workspace, function_tool
+    from toolexec.policy import Allow, ExecutionGrant
+    from toolexec.tools import ShellTool
+
+    class Route:
+        def __init__(self, limits: dict[str, Any]) -> None:
+            self.limits = limits
+
+        def decide(self, definition: object, arguments: object, agent_path: str) -> Allow:
+            return Allow(ExecutionGrant(sandbox="subprocess", limits=self.limits))
+
+    registry = ToolRegistry()
+    registry.register(ShellTool(Workspace(tmp_path)))
+    registry.register(sandbox_tools.where)
+    registry.register(function_tool(name="plain")(sandbox_tools.plain))
+    backend = SubprocessBackend(levels=("rlimits",), warm=2)
+    async with backend:
+        for limits in ({}, {"open_files": 64}):
+            executor = ToolExecutor(
+                registry,
+                policy=Route(limits),
+                backends={"subprocess": backend},
+                workspace=Workspace(tmp_path),
+                grace_period=0.5,
+            )
+            outcome = await executor.execute_batch(
+                [
+                    ToolCall(
+                        "1", "shell", {"command": "ulimit -n; (setsid sleep 60 &); sleep 60 &"}
+                    ),
+                    ToolCall("2", "shell", {"command": "sleep 30", "timeout": 0.5}),
+                    ToolCall("3", "shell", {"command": "/nonexistent/program"}),
+                    ToolCall("4", "where", {}),
+                    ToolCall("5", "plain", {"text": "p"}),
+                ]
+            )
+            texts = [r.text for r in outcome.results]
+            assert (texts[0].split("stdout:\n")[1] == "64") is bool(limits)
+            assert outcome.results[1].error_class is not None
+            assert outcome.results[1].error_class.value == "timeout"
+            assert outcome.results[2].details["exit_code"] == 127
+            assert json.loads(texts[3])["tool"] == "where"
+            assert texts[4] == "P"
+        assert backend._pool.idle
+    assert not backend._pool.idle
+
+
+def test_a_warm_launcher_empties_its_scratch_directories(tmp_path: Path) -> None:
+    scratch = tmp_path / "scratch"
+    (scratch / "kept" / "inner").mkdir(parents=True)
+    (scratch / "link").symlink_to("/etc")
+    dev = scratch.stat().st_dev
+    emptied = object.__new__(child._Scratch)
+    emptied.ipc = False
+    emptied.dirs = {str(scratch): (dev, scratch.stat().st_mode, child._snapshot(str(scratch), dev))}
+    assert emptied.clean() is None
+    (scratch / "left.txt").write_text("x")
+    (scratch / "kept" / "new" / "deep").mkdir(parents=True)
+    (scratch / "kept" / "new" / "deep" / "f").write_text("x")
+    (scratch / "kept" / "new").chmod(0)
+    mode = (scratch / "kept").stat().st_mode
+    (scratch / "kept").chmod(0o500)
+    assert emptied.clean() is None
+    assert sorted(p.name for p in scratch.iterdir()) == ["kept", "link"]
+    assert [p.name for p in (scratch / "kept").iterdir()] == ["inner"]
+    assert (scratch / "kept").stat().st_mode == mode
+    # What cannot be put back (a link pointed elsewhere, a directory gone) breaks it.
+    (scratch / "link").unlink()
+    (scratch / "link").symlink_to("/usr")
+    assert "link was removed" in (emptied.clean() or "")
+    (scratch / "link").symlink_to("/etc")
+    (scratch / "kept" / "inner").rmdir()
+    assert "inner was removed" in (emptied.clean() or "")
+    if os.stat("/").st_dev == dev:
+        with pytest.raises(OSError, match="not a private file system"):
+            child._Scratch([str(scratch)])
+
+
+def test_a_warm_launcher_reads_requests_with_their_descriptors() -> None:
+    import socket
+
+    ours, theirs = socket.socketpair()
+    pipes = [os.pipe() for _ in range(3)]
+    try:
+        body = marshal.dumps({"kind": "exec", "big": "x" * 100_000})
+        sender = threading.Thread(
+            target=lambda: (
+                socket.send_fds(ours, [len(body).to_bytes(8, "big") + body], [p[1] for p in pipes]),
+                ours.close(),
+            )
+        )
+        sender.start()
+        got = child._next_request(theirs)
+        sender.join()
+        assert got is not None
+        request, fds = got
+        assert request["big"] == "x" * 100_000
+        assert len(fds) == 3
+        for fd in fds:
+            os.close(fd)
+        assert child._next_request(theirs) is None  # the end: toolexec closed it
+    finally:
+        theirs.close()
+        for read, write in pipes:
+            os.close(read)
+            os.close(write)

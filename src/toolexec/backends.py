@@ -24,7 +24,9 @@ Example::
 
 ``SubprocessBackend`` runs calls in a child process, isolated by bubblewrap,
 ``unshare`` or resource limits alone, whichever is the best the machine
-offers (docs/sandbox.md). ``WasmBackend`` (the ``wasm`` extra) runs the
+offers (docs/sandbox.md); with ``warm=N`` it keeps sandboxes between calls,
+and ``SandboxByDefault`` wraps a policy so that the shell and importable
+function tools run there by default. ``WasmBackend`` (the ``wasm`` extra) runs the
 ``python`` tool (``PythonTool``) and pure-Python function tools in CPython
 compiled to WebAssembly, under wasmtime; ``MicroVMBackend`` is the micro-VM
 kind's place, which refuses every call until it is built, saying what the
@@ -38,6 +40,7 @@ from ._backends._ray import RayBackend
 from ._backends._remote import RemoteBackend
 from ._backends._remote_worker import serve_worker
 from ._backends._sandbox import SubprocessBackend
+from ._backends._sandbox_default import SandboxByDefault
 from ._backends._sandbox_launch import Detection
 from ._backends._sandbox_limits import SandboxLimits
 from ._backends._wasm import WASM_LIMIT_KEYS, PythonTool, WasmBackend, WasmLimits
@@ -53,6 +56,7 @@ __all__ = [
     "PythonTool",
     "RayBackend",
     "RemoteBackend",
+    "SandboxByDefault",
     "SandboxLimits",
     "SubprocessBackend",
     "WASM_LIMIT_KEYS",

@@ -41,6 +41,7 @@ crosses the pipes). This module holds the backend and runs one call
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import marshal
 import math
@@ -58,11 +59,14 @@ from .._core._types import ErrorClass, ToolOutput, strings
 from .._proc._process import OutputCapture, PipeCollector, open_group_process, reap, supervise
 from .._tools._shell import DEFAULT_ENV_ALLOW, CommandEnd, ShellTool, shell_output, update_listener
 from ._sandbox_codec import context_to_json, locate, output_from_json
-from ._sandbox_launch import Detection, command, home_dir, probe_levels
+from ._sandbox_launch import Detection, command, home_dir, probe_levels, scratch_dirs
+from ._sandbox_lean import run_in_bwrap
 from ._sandbox_limits import ISOLATION_LEVELS, RANK, SandboxLimits
+from ._sandbox_warm import WarmPool
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Mapping, Sequence
+    from types import TracebackType
 
     from .._core._tool_protocol import Tool, ToolContext
 
@@ -98,6 +102,11 @@ def _check_limits(_inst: object, _attr: object, value: Mapping[str, Any]) -> Non
     SandboxLimits.parse(value)
 
 
+def _count(_inst: object, attr: attrs.Attribute[Any], value: object) -> None:
+    if type(value) is not int or value < 0:
+        raise ValueError(f"{attr.name}: a whole number, 0 or more, got {value!r}")
+
+
 def _ordered(levels: Sequence[str]) -> tuple[str, ...]:
     return tuple(sorted(dict.fromkeys(levels), key=lambda lv: -RANK.get(lv, -1)))
 
@@ -114,6 +123,13 @@ class _Reports:
     oversized: bool = False
     malformed: str | None = None
     eof: trio.Event = attrs.Factory(trio.Event)
+
+
+def _marshalled(request: dict[str, Any]) -> bytes:
+    try:
+        return marshal.dumps(request)
+    except ValueError as exc:  # a value marshal cannot hold; a JSON value always fits
+        raise ToolError(f"The call's arguments cannot be sent to the sandbox: {exc}") from None
 
 
 def _env_names(names: Iterable[str]) -> tuple[str, ...]:
@@ -139,6 +155,13 @@ class SubprocessBackend:
     ``min_isolation``, names the weakest level a call may run at; a machine
     that cannot meet it gives the call an error result, and nothing runs.
 
+    With ``warm`` above 0, sandboxes are kept between calls (one per level,
+    set of limits and mounts; up to ``warm`` idle): each call runs as a fresh
+    process in one, and everything it left (processes, files in the scratch
+    ``/tmp``) is removed before the next. Close the backend when done
+    (``async with SubprocessBackend(warm=4) as backend:``, or ``aclose``).
+    With ``warm=0`` (the default) each call gets a sandbox of its own.
+
     Args:
         levels: the levels this backend may use (all by default).
         require: the weakest level any call may run at.
@@ -148,6 +171,8 @@ class SubprocessBackend:
         limits: default limits, under each grant's (see ``LIMIT_KEYS``).
         env_allow: host environment variables passed in when set.
         max_report_bytes: the most a function tool may send back, in bytes.
+        warm: how many idle sandboxes to keep for later calls (0: none, a
+            fresh sandbox per call).
 
     Raises:
         ValueError: a level, a limit or a size that is not allowed.
@@ -162,8 +187,31 @@ class SubprocessBackend:
     limits: Mapping[str, Any] = attrs.field(factory=dict, validator=_check_limits)
     env_allow: tuple[str, ...] = attrs.field(default=DEFAULT_ENV_ALLOW, converter=_env_names)
     max_report_bytes: int = 16 * 1024 * 1024
+    warm: int = attrs.field(default=0, validator=_count)
     _detection: Detection | None = attrs.field(default=None, init=False, repr=False)
     _lock: trio.Lock | None = attrs.field(default=None, init=False, repr=False)
+    _pool: WarmPool = attrs.field(init=False, repr=False)
+
+    def __attrs_post_init__(self) -> None:
+        self._pool = WarmPool(self.warm)
+
+    async def __aenter__(self) -> SubprocessBackend:
+        """Use it; ``aclose`` on the way out."""
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        """``aclose``."""
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Close the warm sandboxes and wait for them to exit (without ``warm``,
+        nothing to do); with ``warm``, a call after this gets an error result."""
+        await self._pool.aclose()
 
     async def detect(self) -> Detection:
         """Probe the allowed levels (once; later calls return the first answer)."""
@@ -229,7 +277,7 @@ class SubprocessBackend:
         _log.info(
             "call %r (%s) runs in the subprocess sandbox at isolation %r", ctx.call_id, name, level
         )
-        run = _Run(self, found, level, limits, info, ctx)
+        run = _Run(self, found, level, limits, info, ctx, self._pool)
         if shell is not None:
             return await run.shell(shell, arguments)
         assert target is not None
@@ -282,6 +330,22 @@ class ReportLines:
         return lines
 
 
+def _attempts(
+    tool: ShellTool, command: str, env: dict[str, str], cwd: str
+) -> list[tuple[str, list[str], dict[str, str] | None]]:
+    """How the sandbox starts ``command``, as the shell tool does on the host: a plain
+    command directly (with the variables bash would set), then through the shell;
+    ``None``: the call's environment."""
+    shell = (tool.shell, [tool.shell, "-c", command], None)
+    direct = tool.plain_command(command)
+    if direct is None:
+        return [shell]
+    argv, path = direct
+    level = env.get("SHLVL", "0")
+    extra = {"PWD": cwd, "SHLVL": level if level.isdigit() else "0", "_": path}
+    return [(path, argv, {**env, **extra}), shell]
+
+
 def _describe_signal(number: int) -> str:
     import signal
 
@@ -303,6 +367,7 @@ class _Run:
     limits: SandboxLimits
     info: dict[str, Any]
     ctx: ToolContext
+    pool: WarmPool = attrs.Factory(lambda: WarmPool(0))
 
     # -- the two kinds of work --------------------------------------------------------
 
@@ -315,22 +380,33 @@ class _Run:
         limit = float(arguments.get("timeout", tool.default_timeout))
         workspace = str(tool.workspace.root)
         env = self.backend.environment(self.limits, tool.env)
-        request = {"kind": "exec", "argv": [tool.shell, "-c", command]}
+        attempts = _attempts(tool, command, env, workspace)
         out = OutputCapture(tool.max_output_bytes)
         err = OutputCapture(tool.max_output_bytes)
         listener = update_listener(self.ctx) if self.ctx.observed else None
         start = trio.current_time()
-        reports, timed_out = await self._execute(
-            request, workspace, [], env, out, err, listener, limit
-        )
+        ended = None
+        if self.level == "bwrap" and not self.backend.warm and not self.limits.rlimits():
+            streams = (out, err, listener)
+            grace = self.ctx.grace_period
+            found, limits = self.found, self.limits
+            ended = await run_in_bwrap(
+                found, limits, workspace, attempts[0], streams, limit, grace, env
+            )
+        if ended is None:
+            request = {"kind": "exec", "attempts": attempts}
+            reports, timed_out = await self._execute(
+                request, workspace, [], env, out, err, listener, limit
+            )
+            if not reports.started:
+                raise self._not_started(reports, err)
+            code = reports.exit_code
+            if reports.exit_signal is not None:
+                code = -reports.exit_signal
+            ended = CommandEnd(code, timed_out, None, None, code is None and not timed_out)
+        elif isinstance(ended, str):
+            raise self._not_started(_Reports(failed=ended), err)
         duration = trio.current_time() - start
-        if not reports.started:
-            raise self._not_started(reports, err)
-        code = reports.exit_code
-        if reports.exit_signal is not None:
-            code = -reports.exit_signal
-        lost = code is None and not timed_out
-        ended = CommandEnd(code, timed_out, None, None, lost)
         try:
             output = shell_output(command, ended, out, err, duration, limit)
         except ToolError as exc:
@@ -437,16 +513,18 @@ class _Run:
     ) -> tuple[_Reports, bool]:
         """Start the launcher, send it the request (``work`` and the set-up, in
         ``marshal`` format after its length), read its reports until it ends;
-        the reports, and whether ``limit`` ran out."""
+        the reports, and whether ``limit`` ran out. With ``warm``, a warm
+        sandbox runs it instead (``_execute_warm``)."""
         argv, setup = command(self.level, self.found, self.limits, workspace, keep)
         rlimits = self.limits.rlimits()
         if "processes" in rlimits and self.level != "rlimits":
             rlimits["processes"] += 1  # the namespace also holds the launcher
+        if self.backend.warm:
+            return await self._execute_warm(
+                argv, setup, {**work, "rlimits": rlimits, "env": env}, out, err, listener, limit
+            )
         request = {**work, **setup, "rlimits": rlimits}
-        try:
-            body = marshal.dumps(request)
-        except ValueError as exc:  # a value marshal cannot hold; a JSON value always fits
-            raise ToolError(f"The call's arguments cannot be sent to the sandbox: {exc}") from None
+        body = _marshalled(request)
         data = len(body).to_bytes(8, "big") + body
         reports = _Reports()
         grace = self.ctx.grace_period
@@ -501,6 +579,51 @@ class _Run:
             collector.close()
             for fd in pipes:
                 os.close(fd)
+        return reports, timed_out
+
+    async def _execute_warm(
+        self,
+        argv: list[str],
+        setup: dict[str, Any],
+        request: dict[str, Any],
+        out: OutputCapture,
+        err: OutputCapture,
+        listener: Callable[[str, bytes], None] | None,
+        limit: float,
+    ) -> tuple[_Reports, bool]:
+        """Run the call in a warm sandbox of the backend's pool (``_sandbox_warm``)."""
+        grace = self.ctx.grace_period
+        launch = {k: v for k, v in setup.items() if k != "cwd"}
+        launch["scratch"] = scratch_dirs(self.level)
+        launch["host_ipc"] = os.readlink("/proc/self/ns/ipc")
+        if request["kind"] == "function":  # what every call imports, imported once
+            launch["sys_path"] = request["function"]["sys_path"]
+        request.update(cwd=setup["cwd"], grace=grace)
+        _marshalled(request)
+        key = json.dumps([argv, launch], sort_keys=True).encode()  # canonical, unlike marshal
+        for _attempt in range(3):  # a sandbox lost before the call started: another
+            reports = _Reports()
+            try:
+                collector = PipeCollector(out, err, listener)
+            except OSError as exc:
+                raise ToolError(f"Could not create the pipes for the sandbox: {exc}") from None
+            try:
+                try:
+                    sandbox = await self.pool.take(key, argv, launch)
+                except ToolError as exc:
+                    reports.failed = exc.message
+                    return reports, False
+
+                async def read(stream: trio.lowlevel.FdStream, into: _Reports = reports) -> None:
+                    await self._read_reports(stream, into)
+
+                timed_out = await self.pool.call(
+                    sandbox, request, collector, read, reports.eof, (limit, grace)
+                )
+            finally:
+                collector.close()
+            if reports.started or reports.failed is not None or timed_out:
+                break
         return reports, timed_out
 
     async def _read_reports(self, stream: trio.lowlevel.FdStream, reports: _Reports) -> None:

@@ -178,9 +178,8 @@ _SECCOMP_ARCHES = {"x86_64": (0xC000003E, 41), "aarch64": (0xC00000B7, 198)}
 _X32_SYSCALL_BIT = 0x40000000
 
 
-def _seal_unix_sockets() -> None:
-    """Refuse creating ``AF_UNIX`` sockets from now on, in this process and its children."""
-    import ctypes
+def unix_socket_filter() -> bytes:
+    """The filter, as the BPF program ``bwrap --seccomp`` and ``prctl`` take."""
     import struct
 
     arch, socket_nr = _SECCOMP_ARCHES[os.uname().machine]
@@ -197,9 +196,17 @@ def _seal_unix_sockets() -> None:
         (0x06, 0, 0, allow),
         (0x06, 0, 0, deny),
     ]
-    code = b"".join(struct.pack("HBBI", *op) for op in program)
+    return b"".join(struct.pack("HBBI", *op) for op in program)
+
+
+def _seal_unix_sockets() -> None:
+    """Refuse creating ``AF_UNIX`` sockets from now on, in this process and its children."""
+    import ctypes
+    import struct
+
+    code = unix_socket_filter()
     filters = ctypes.create_string_buffer(code, len(code))
-    fprog = struct.pack("HxxxxxxP", len(program), ctypes.addressof(filters))
+    fprog = struct.pack("HxxxxxxP", len(code) // 8, ctypes.addressof(filters))
     libc = _libc()
     _check(libc.prctl(38, 1, 0, 0, 0), "no_new_privs")  # PR_SET_NO_NEW_PRIVS
     _check(libc.prctl(22, 2, fprog, 0, 0), "seccomp")  # PR_SET_SECCOMP, SECCOMP_MODE_FILTER
@@ -278,8 +285,7 @@ def _child(request: dict[str, Any], report_fd: int) -> None:
             _seal_unix_sockets()
         if request["kind"] == "exec":
             os.close(report_fd)
-            argv = request["argv"]
-            os.execve(argv[0], argv, dict(os.environ))
+            _exec(request["attempts"])
         _run_function(request, report_fd)
     except BaseException as exc:
         try:
@@ -287,6 +293,18 @@ def _child(request: dict[str, Any], report_fd: int) -> None:
         finally:
             os._exit(127)
     os._exit(0)
+
+
+def _exec(attempts: list[tuple[str, list[str], dict[str, str] | None]]) -> None:
+    """Exec the first attempt that starts (a plain command directly, then through
+    the shell, as the shell tool does); ``None`` as the environment: this one."""
+    for path, argv, env in attempts[:-1]:
+        try:
+            os.execve(path, argv, dict(os.environ) if env is None else env)
+        except OSError:
+            continue
+    path, argv, env = attempts[-1]
+    os.execve(path, argv, dict(os.environ) if env is None else env)
 
 
 def _wait(child: int, request_fd: int, report_fd: int, own_pid_ns: bool) -> None:
@@ -306,15 +324,329 @@ def _wait(child: int, request_fd: int, report_fd: int, own_pid_ns: bool) -> None
         if exit_fd in ready or exit_fd is None:
             pid, status = os.waitpid(child, 0 if exit_fd is None else os.WNOHANG)
             if pid == child:
-                if os.WIFSIGNALED(status):
-                    _report(report_fd, {"op": "exit", "signal": os.WTERMSIG(status)})
-                else:
-                    _report(report_fd, {"op": "exit", "code": os.waitstatus_to_exitcode(status)})
+                _report_exit(report_fd, status)
                 os._exit(0)
+
+
+def _report_exit(report_fd: int, status: int) -> None:
+    if os.WIFSIGNALED(status):
+        _report(report_fd, {"op": "exit", "signal": os.WTERMSIG(status)})
+    else:
+        _report(report_fd, {"op": "exit", "code": os.waitstatus_to_exitcode(status)})
+
+
+# -- warm: one launcher, many calls (see _sandbox_warm) ------------------------------
+
+
+def _read_exact(sock: Any, size: int) -> bytes:
+    data = b""
+    while len(data) < size:
+        chunk = sock.recv(size - len(data))
+        if not chunk:
+            raise EOFError
+        data += chunk
+    return data
+
+
+def _next_request(sock: Any) -> tuple[dict[str, Any], list[int]] | None:
+    """The next request and its descriptors (stdout, stderr, reports); ``None`` at EOF."""
+    import socket
+
+    try:
+        head, fds, _flags, _addr = socket.recv_fds(sock, 8, 3, socket.MSG_CMSG_CLOEXEC)
+        if not head:
+            return None
+        head += _read_exact(sock, 8 - len(head))
+        request: dict[str, Any] = marshal.loads(_read_exact(sock, int.from_bytes(head, "big")))
+    except (OSError, EOFError):
+        return None
+    return request, fds
+
+
+def _snapshot(path: str, dev: int) -> dict[str, tuple[int, str | None]]:
+    """What a scratch directory holds before any call: path -> (mode, link target)."""
+    held = {}
+    for entry in os.scandir(path):
+        info = entry.stat(follow_symlinks=False)
+        link = os.readlink(entry.path) if entry.is_symlink() else None
+        held[entry.path] = (info.st_mode, link)
+        if entry.is_dir(follow_symlinks=False) and info.st_dev == dev:
+            held.update(_snapshot(entry.path, dev))
+    return held
+
+
+def _remove(path: str, dev: int, keep: dict[str, tuple[int, str | None]]) -> None:
+    """Remove what ``path`` holds that ``keep`` does not (mounts and all below them stay)."""
+    for entry in os.scandir(path):
+        info = entry.stat(follow_symlinks=False)
+        if info.st_dev != dev:
+            continue  # a mount point: a kept directory, a device
+        kept = keep.get(entry.path)
+        if kept is not None and kept[0] != info.st_mode:
+            os.chmod(entry.path, kept[0] & 0o7777)
+        if entry.is_dir(follow_symlinks=False):
+            if kept is None:
+                os.chmod(entry.path, 0o700)
+            _remove(entry.path, dev, keep)
+            if kept is None:
+                os.rmdir(entry.path)
+        elif kept is None or kept[1] != (os.readlink(entry.path) if entry.is_symlink() else None):
+            os.unlink(entry.path)
+
+
+class _Scratch:
+    """The sandbox's private writable directories, emptied after every call."""
+
+    def __init__(self, paths: list[str], host_ipc: str | None = None) -> None:
+        # System V IPC objects are removed only in an IPC namespace of the sandbox's own.
+        self.ipc = host_ipc is not None and os.readlink("/proc/self/ns/ipc") != host_ipc
+        root = os.stat("/").st_dev
+        self.dirs = {}
+        for path in paths:
+            info = os.stat(path)
+            if info.st_dev == root:  # never empty a directory of the host's
+                raise OSError(f"{path} is not a private file system")
+            self.dirs[path] = (info.st_dev, info.st_mode, _snapshot(path, info.st_dev))
+
+    def clean(self) -> str | None:
+        """Empty every directory as it was; why not, if that failed."""
+        try:
+            for path, (dev, mode, held) in self.dirs.items():
+                if os.stat(path).st_mode != mode:
+                    os.chmod(path, mode & 0o7777)
+                _remove(path, dev, held)
+                missing = [p for p in held if not os.path.lexists(p)]
+                if missing:
+                    return f"{missing[0]} was removed"
+            if self.ipc:
+                _remove_ipc()
+        except OSError as exc:
+            return f"cleaning up: {exc}"
+        return None
+
+
+def _remove_ipc() -> None:
+    """Remove the System V IPC objects a call left (the namespace's own)."""
+    for kind, call, extra in (
+        ("shm", "shmctl", ()),
+        ("sem", "semctl", (0,)),
+        ("msg", "msgctl", ()),
+    ):
+        try:
+            with open(f"/proc/sysvipc/{kind}") as f:
+                rows = f.read().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            ident = int(row.split()[1])
+            _check(getattr(_libc(), call)(ident, *extra, 0, None), f"removing {kind} {ident}")
+
+
+def _children() -> list[int]:
+    me = os.getpid()
+    found = []
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                with open(f"/proc/{name}/stat", "rb") as f:
+                    stat = f.read()
+            except OSError:
+                continue
+            if int(stat.rsplit(b")", 1)[1].split()[1]) == me:
+                found.append(int(name))
+    return found
+
+
+def _kill_all(sig: int, group: int) -> None:
+    """Signal every process of the call: the whole pid namespace from its first
+    process, else the call's group and every process left to this subreaper."""
+    targets = [-1] if os.getpid() == 1 else [-group, *_children()]
+    for target in targets:
+        try:
+            os.kill(target, sig)
+        except OSError:  # gone already
+            continue
+
+
+def _reap_all(group: int, limit: float) -> bool:
+    """Kill and reap every process of the call; whether none is left after ``limit`` s."""
+    import time
+
+    deadline = time.monotonic() + limit
+    while True:
+        try:
+            pid, _status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return True
+        if pid:
+            continue
+        if time.monotonic() > deadline:
+            return False
+        _kill_all(signal.SIGKILL, group)
+        select.select([], [], [], 0.001)
+
+
+def _spawn(path: str, argv: list[str], env: dict[str, str], actions: list[Any]) -> int:
+    """``posix_spawn`` in a process group of its own outside a pid namespace of its own."""
+    resets = (signal.SIGTERM, signal.SIGPIPE, signal.SIGINT)
+    if os.getpid() == 1:
+        return os.posix_spawn(path, argv, env, file_actions=actions, setsigdef=resets)
+    return os.posix_spawn(path, argv, env, file_actions=actions, setsigdef=resets, setpgroup=0)
+
+
+def _spawn_call(request: dict[str, Any], fds: list[int]) -> int:
+    """Start a command with no limit to set: ``posix_spawn`` (no copy of this
+    process), from the call's directory, with its stdio, environment and group."""
+    out, err, report_fd = fds
+    os.chdir(request["cwd"])  # failing, it is reported as a set-up that failed
+    _report(report_fd, {"op": "started"})
+    actions = [(os.POSIX_SPAWN_DUP2, out, 1), (os.POSIX_SPAWN_DUP2, err, 2)]
+    try:
+        for path, argv, env in request["attempts"]:
+            try:
+                return _spawn(path, argv, request["env"] if env is None else env, actions)
+            except OSError:
+                continue
+        # None started: exit 127 without output, as a fresh launcher's child does.
+        return _spawn("/bin/sh", ["sh", "-c", "exit 127"], {}, [])
+    finally:
+        os.chdir("/")
+        os.close(out)
+        os.close(err)
+
+
+def _start_call(sock: Any, request: dict[str, Any], fds: list[int]) -> int:
+    """Fork the call's process: its own stdio, environment, directory and group."""
+    if request["kind"] == "exec" and not request["rlimits"]:
+        return _spawn_call(request, fds)
+    out, err, report_fd = fds
+    child = os.fork()
+    if child:
+        os.close(out)
+        os.close(err)
+        return child
+    try:
+        sock.close()
+        os.dup2(out, 1)
+        os.dup2(err, 2)
+        os.close(out)
+        os.close(err)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        os.environ.clear()
+        os.environ.update(request["env"])
+        os.chdir(request["cwd"])
+        if os.getpid() != 1:
+            os.setpgid(0, 0)
+    except BaseException as exc:
+        _report(report_fd, {"op": "failed", "message": f"{exc}"})
+        os._exit(125)
+    _report(report_fd, {"op": "started"})
+    _child(request, report_fd)
+    os._exit(0)  # not reached: _child exits
+
+
+def _await_call(sock: Any, child: int, grace: float) -> tuple[int, bool]:
+    """Wait for the call's process; its status, and whether toolexec ended the call
+    (anything on the socket, or its end: SIGTERM to the call, ``grace`` s, SIGKILL)."""
+    import time
+
+    exit_fd = os.pidfd_open(child)
+    stopped = False
+    kill_at = None
+    try:
+        while True:
+            timeout = None if kill_at is None else max(kill_at - time.monotonic(), 0.0)
+            watched = [exit_fd] if stopped else [exit_fd, sock.fileno()]
+            ready = select.select(watched, [], [], timeout)[0]
+            if exit_fd in ready:
+                pid, status = os.waitpid(child, os.WNOHANG)
+                if pid == child:
+                    return status, stopped
+            elif sock.fileno() in ready:
+                sock.recv(64)
+                stopped = True
+                _kill_all(signal.SIGTERM, child)
+                _kill_all(signal.SIGCONT, child)
+                kill_at = time.monotonic() + grace
+            elif kill_at is not None:
+                _kill_all(signal.SIGKILL, child)
+                kill_at = None
+    finally:
+        os.close(exit_fd)
+
+
+def _serve_one(sock: Any, scratch: _Scratch, request: dict[str, Any], fds: list[int]) -> bool:
+    """Run one call, report, clean up; whether the sandbox may serve another."""
+    report_fd = fds[2]
+    try:
+        child = _start_call(sock, request, fds)
+    except OSError as exc:
+        _report(report_fd, {"op": "failed", "message": f"{exc}"})
+        os.close(report_fd)
+        return False
+    status, stopped = _await_call(sock, child, float(request.get("grace", 1.0)))
+    _report_exit(report_fd, status)
+    gone = _reap_all(child, 5.0)
+    why = scratch.clean() if gone else "a process of the call could not be ended"
+    if why is None and os.WIFSIGNALED(status):  # a limit that tripped, say: start afresh
+        why = f"the call's process was killed by signal {os.WTERMSIG(status)}"
+    os.close(report_fd)
+    if stopped:
+        return False
+    sock.sendall(b"I" if why is None else b"B" + why.encode()[:4000])
+    return why is None
+
+
+def _prepare(setup: dict[str, Any]) -> _Scratch:
+    """Set the sandbox up once: mounts, capabilities, filters, what the calls preload."""
+    if setup.get("own_pid_ns") and os.getpid() != 1:
+        raise OSError("not the first process of a pid namespace of its own")
+    if setup.get("mounts"):
+        _mount(setup["mounts"])
+    if setup.get("drop_caps"):
+        _drop_capabilities()
+    if setup.get("own_pid_ns"):
+        _protect()
+    else:
+        _check(_libc().prctl(36, 1, 0, 0, 0), "child subreaper")  # PR_SET_CHILD_SUBREAPER
+    if setup.get("seal_unix"):
+        _seal_unix_sockets()
+    import resource  # noqa: F401  # for the calls' limits, imported once
+
+    if setup.get("sys_path") is not None:  # function tools: import what every call needs
+        sys.path[:] = setup["sys_path"]
+        import trio  # noqa: F401
+
+        import toolexec._backends._sandbox_codec  # noqa: F401
+    return _Scratch(setup.get("scratch", []), setup.get("host_ipc"))
+
+
+def serve(control_fd: int) -> None:
+    """Serve calls over the socket ``control_fd`` until it closes (see ``_sandbox_warm``)."""
+    import socket
+
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    sock = socket.socket(fileno=control_fd)
+    sock.set_inheritable(False)
+    try:
+        head = _read_exact(sock, 8)
+        setup: dict[str, Any] = marshal.loads(_read_exact(sock, int.from_bytes(head, "big")))
+        scratch = _prepare(setup)
+    except Exception as exc:
+        sock.sendall(b"F" + f"{exc}".encode()[:4000])
+        os._exit(125)
+    sock.sendall(b"R")
+    while True:
+        got = _next_request(sock)
+        if got is None or not _serve_one(sock, scratch, *got):
+            os._exit(0)  # nothing of a call is left: it was reaped
 
 
 def main(argv: list[str]) -> None:
     """Run one sandboxed call (see the module docstring)."""
+    if argv[1] == "--serve":
+        serve(int(argv[2]))
     if argv[1] == "--probe":  # can the mounts be made here? (argv[2]: the host's namespace)
         _mount({"hide": ["/tmp"], "host_ns": argv[2]})
         _drop_capabilities()

@@ -29,7 +29,15 @@ if TYPE_CHECKING:
 
     from ._sandbox_limits import SandboxLimits
 
-__all__ = ["Detection", "command", "find_bwrap", "home_dir", "probe_levels"]
+__all__ = [
+    "Detection",
+    "bwrap_command",
+    "command",
+    "find_bwrap",
+    "home_dir",
+    "probe_levels",
+    "scratch_dirs",
+]
 
 #: Where resolv.conf may point, kept visible when the grant allows the network.
 _RESOLVER_DIRS = ("/run/systemd/resolve", "/run/resolvconf", "/run/NetworkManager")
@@ -186,9 +194,24 @@ def command(
         argv = [found.unshare, *_unshare_flags(limits.network), *_launch()]
         setup = {"cwd": cwd, "own_pid_ns": True, "mounts": mounts, "drop_caps": True}
         return argv, {**setup, "seal_unix": not limits.network}
+    argv = _bwrap(found, limits.network, hidden, kept, workspace, rw)
+    # The launcher is the namespace's first process: when it exits, all in it end.
+    argv += ["--as-pid-1", "--cap-drop", "ALL", "--", *_launch()]
+    return argv, {"cwd": cwd, "own_pid_ns": True, "seal_unix": not limits.network}
+
+
+def _bwrap(
+    found: Detection,
+    network: bool,
+    hidden: Sequence[str],
+    kept: Sequence[str],
+    workspace: str | None,
+    rw: bool,
+) -> list[str]:
+    """bwrap and its options up to the program: namespaces and mounts."""
     assert found.bwrap is not None
     argv = [found.bwrap, "--unshare-all"]
-    if limits.network:
+    if network:
         argv.append("--share-net")
     argv += ["--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev"]
     for path in hidden:
@@ -198,9 +221,41 @@ def command(
         binds.append((workspace, "--bind" if rw else "--ro-bind"))
     for path, how in sorted(binds, key=lambda b: b[0].count("/")):
         argv += [how, path, path]
-    # The launcher is the namespace's first process: when it exits, all in it end.
-    argv += ["--as-pid-1", "--cap-drop", "ALL", "--", *_launch()]
-    return argv, {"cwd": cwd, "own_pid_ns": True, "seal_unix": not limits.network}
+    return argv
+
+
+def bwrap_command(
+    found: Detection, limits: SandboxLimits, workspace: str, path: str, argv: Sequence[str]
+) -> list[str] | None:
+    """The argv that runs the program at ``path`` (with ``argv``) under bwrap with no
+    launcher (its own first process reaps, and ends the namespace when the
+    program exits), with the same namespaces and mounts as a launched call;
+    the seccomp filter, without the network, is read from descriptor 3.
+    ``None`` when the program lives where the sandbox hides it."""
+    hidden = _hidden()
+    if any(_under(path, h) for h in hidden):
+        return None
+    keep = _RESOLVER_DIRS if limits.network else ()
+    kept = _keep(
+        [sys.base_prefix, sys.base_exec_prefix, os.path.dirname(_python()), *keep],
+        hidden,
+        workspace,
+    )
+    options = _bwrap(found, limits.network, hidden, kept, workspace, limits.workspace == "rw")
+    options += ["--chdir", workspace, "--cap-drop", "ALL"]
+    if not limits.network:
+        options += ["--seccomp", "3"]
+    if argv[0] != path:
+        options += ["--argv0", argv[0]]
+    return [*options, "--", path, *argv[1:]]
+
+
+def scratch_dirs(level: str) -> list[str]:
+    """The directories a warm sandbox at ``level`` empties after every call: its
+    private tmpfs mounts (and bwrap's own ``/dev``)."""
+    if level == "rlimits":
+        return []
+    return [*_hidden(), *(["/dev"] if level == "bwrap" else [])]
 
 
 def _launch() -> list[str]:
@@ -213,6 +268,7 @@ def _launcher_source() -> str:
         return f.read()
 
 
+@functools.cache
 def _python() -> str:
     return os.path.realpath(sys.executable)
 
@@ -244,10 +300,18 @@ def _under(path: str, parent: str) -> bool:
 
 def _keep(paths: Sequence[str], hidden: Sequence[str], workspace: str | None) -> list[str]:
     """Of ``paths``, those a tmpfs would hide and the workspace does not hold."""
+    return list(_kept(tuple(paths), tuple(hidden), workspace))
+
+
+@functools.lru_cache(maxsize=64)
+def _kept(
+    paths: tuple[str, ...], hidden: tuple[str, ...], workspace: str | None
+) -> tuple[str, ...]:
+    # Resolved once per set of paths: a call resolves the same directories as the last.
     kept = []
     for path in dict.fromkeys(os.path.realpath(p) for p in paths if p):
         if workspace is not None and _under(path, workspace):
             continue
         if any(_under(path, h) for h in hidden):
             kept.append(path)
-    return kept
+    return tuple(kept)

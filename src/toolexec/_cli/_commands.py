@@ -22,6 +22,7 @@ import trio
 from .._adapters import _formats as formats
 from .._backends._ray import RayBackend
 from .._backends._sandbox import SubprocessBackend
+from .._backends._sandbox_default import SandboxByDefault
 from .._core._display import display_text
 from .._core._events import (
     ApprovalRequested,
@@ -264,18 +265,27 @@ async def _exec(
     with warnings_to(stderr):
         async with contextlib.AsyncExitStack() as stack:
             registry = await _open_tools(job, args, stack)
-            return await _run(job, args, registry, stdin, stderr)
+            backends, policy = _backends(args, job.policy, registry)
+            sandbox = backends["subprocess"]
+            assert isinstance(sandbox, SubprocessBackend)
+            await stack.enter_async_context(sandbox)  # closes its warm sandboxes
+            return await _run(job, args, registry, (backends, policy), (stdin, stderr))
 
 
 async def _run(
-    job: _Job, args: argparse.Namespace, registry: ToolRegistry, stdin: TextIO, stderr: TextIO
+    job: _Job,
+    args: argparse.Namespace,
+    registry: ToolRegistry,
+    routing: tuple[dict[str, Backend], ToolPolicy],
+    streams: tuple[TextIO, TextIO],
 ) -> list[dict[str, Any]]:
+    backends, policy = routing
+    stdin, stderr = streams
     recorder = TraceRecorder() if args.trace else None
     printer = ProgressPrinter(stderr, echo_answers=not args.yes and not _isatty(stdin))
     sinks: list[EventSink] = [] if args.quiet else [printer]
     if recorder is not None:
         sinks.append(recorder)
-    backends, policy = _backends(args, job.policy)
     executor = ToolExecutor(
         registry,
         policy=policy,
@@ -289,6 +299,8 @@ async def _run(
     if not args.quiet:
         plan = batch.plan.describe() or "(no call to run)"
         stderr.write(f"{job.format}: {len(job.calls)} tool call(s)\nplan:\n{_indent(plan)}\n")
+        if isinstance(policy, SandboxByDefault):
+            stderr.write(await _sandbox_line(backends["subprocess"], registry, policy))
     outcome = await batch.run()
     if not args.quiet:
         stderr.write(_summary(outcome.results) + "\n")
@@ -313,19 +325,38 @@ class _RoutedTo:
         return decision
 
 
+async def _sandbox_line(backend: Backend, registry: ToolRegistry, policy: SandboxByDefault) -> str:
+    """Which tools run in the sandbox by default, and at which level."""
+    assert isinstance(backend, SubprocessBackend)
+    names = [name for name in registry.names() if policy.runs_there(name)]
+    if not names:
+        return ""
+    found = await backend.detect()
+    where = (
+        f"isolation '{found.level}' (warm)"
+        if found.level is not None
+        else f"no level available ({found.why_not()})"
+    )
+    return f"sandbox: {', '.join(names)} run in the subprocess sandbox at {where}\n"
+
+
 def _backends(
-    args: argparse.Namespace, policy: ToolPolicy
+    args: argparse.Namespace, policy: ToolPolicy, registry: ToolRegistry
 ) -> tuple[dict[str, Backend], ToolPolicy]:
     """The backends of the run, and the policy routing to them: the subprocess
-    sandbox, which a policy file's rules may name (docs/sandbox.md), and Ray
-    when ``--ray-address`` is given (``--backend ray`` sends every call there)."""
-    backends: dict[str, Backend] = {"subprocess": SubprocessBackend()}
+    sandbox, which a policy file's rules may name (docs/sandbox.md) and where
+    the shell and importable function tools run unless ``--sandbox none``, and
+    Ray when ``--ray-address`` is given (``--backend ray`` sends every call there)."""
+    level = None if args.sandbox in ("auto", "none") else args.sandbox
+    backends: dict[str, Backend] = {"subprocess": SubprocessBackend(warm=4, require=level)}
     if args.ray_address is None:
         if args.backend == "ray":
             raise UsageError(
                 "--backend ray needs --ray-address ADDR: the address of a running Ray "
                 "cluster ('auto' finds the one started on this machine with 'ray start')"
             )
+        if args.sandbox != "none":
+            policy = SandboxByDefault(registry, policy)
         return backends, policy
     try:
         backends["ray"] = RayBackend(address=args.ray_address)

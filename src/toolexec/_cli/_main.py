@@ -126,6 +126,17 @@ def _parser() -> argparse.ArgumentParser:
     )
     run.add_argument(
         "--ray-address",
+    run.add_argument(
+        "--sandbox",
+        choices=("auto", "none", "bwrap", "unshare", "rlimits"),
+        default="auto",
+        help=(
+            "where the shell and importable --tools functions run: auto (the default) in a "
+            "warm subprocess sandbox at the best isolation level the machine has (bwrap, "
+            "unshare, rlimits), the workspace writable, no network; a level: at that level "
+            "or stronger, else an error result; none: on the host (docs/sandbox.md)"
+        ),
+    )
         metavar="ADDR",
         help=(
             "the Ray cluster to connect to ('auto', HOST:PORT, ray://HOST:PORT); it also "

@@ -398,6 +398,12 @@ class ShellTool:
             env=env,
         )
 
+    def plain_command(self, command: str) -> tuple[list[str], str] | None:
+        """The argv and program bash would exec for ``command`` without forking, or
+        ``None``: a plain simple command is started directly (see the module
+        docstring); the subprocess sandbox starts it the same way."""
+        return self._direct(command)
+
     def _direct(self, command: str) -> tuple[list[str], str] | None:
         """The argv and program bash would exec for a plain simple command, or ``None``."""
         if os.path.basename(self.shell) != "bash" or not _PLAIN_COMMAND.fullmatch(command):
