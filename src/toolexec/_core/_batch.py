@@ -166,13 +166,15 @@ class Batch:
 
     def _check_thread(self, method: str, arguments: str) -> None:
         """Refuse ``add`` or ``close`` from outside the batch's trio run, before any change."""
-        if not trio.lowlevel.in_trio_run():
+        try:
+            here = trio.lowlevel.current_trio_token()
+        except RuntimeError:
             raise RuntimeError(
                 f"Batch.{method} was called outside the trio run (batch {self.id}); from "
                 f"another thread, use trio.from_thread.run_sync({arguments})"
-            )
+            ) from None
         token = self._token
-        if token is not None and not _in_run(token):
+        if token is not None and here is not token:
             raise RuntimeError(
                 f"Batch.{method} was called from another trio run than the batch's (batch "
                 f"{self.id}); call it in the batch's run, or hand it over from a thread "

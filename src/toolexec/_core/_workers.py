@@ -26,6 +26,8 @@ from ._types import RoutingClass
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
+    from trio.lowlevel import RaiseCancelT
+
     from ._call import Runtime
     from ._lifecycle import CallSlot
     from ._limits import ClassPool
@@ -100,7 +102,6 @@ class WorkerPool:
     """
 
     __slots__ = (
-        "_arrived",
         "_aside",
         "_check",
         "_closed",
@@ -111,13 +112,13 @@ class WorkerPool:
         "_next",
         "_nursery",
         "_on_block",
-        "_parked",
         "_report",
         "_rt",
         "_running",
         "_slots",
         "_stop",
         "_timed_out",
+        "_waiting",
         "_width",
         "blocked",
     )
@@ -154,11 +155,11 @@ class WorkerPool:
         self._check = self._stopped if stop is not None else trio.lowlevel.checkpoint_if_cancelled
         if self._inert:
             self._width = 1
-        self._arrived = _ARRIVED
         self._next = 0  # the next call to take
         self._hired = 1  # workers started, the batch's task included
         self._coming = 0  # of them, those that have not run yet
-        self._parked = 0  # of them, those waiting for a call to arrive (an open run's)
+        # Of them, those waiting for a call to arrive in an open run (``_wait_here``).
+        self._waiting: list[trio.lowlevel.Task] = []
         self._nursery: trio.Nursery | None = None
         self._on_block = self._blocked_first
         # The call in its first step: [slot, worker scope, start, whether it blocked].
@@ -186,8 +187,8 @@ class WorkerPool:
         """
         self.blocked = True
         left = len(self._slots) - self._next - self._coming
-        if not self._closed and left == 0 and not self._parked and not self._coming:
-            left = 1  # a spare, parked for the next call to arrive (``_more``)
+        if not self._closed and left == 0 and not self._waiting and not self._coming:
+            left = 1  # a spare, to wait for the next call to arrive (``_wait_here``)
         more = min(self._width - self._hired, left)
         if more > 0:
             assert self._nursery is not None
@@ -335,7 +336,7 @@ class WorkerPool:
         spare that ``_hire`` starts while every worker's call blocks, so that a
         call streamed in later wakes a waiting worker, ``offer``, instead of
         paying for a task to be started)."""
-        return not self._closed and (foreman or not self._parked)
+        return not self._closed and (foreman or not self._waiting)
 
     async def _wait_here(self, scope: trio.CancelScope, foreman: bool) -> bool:
         """Out of calls, holding no permit: wait for the next one in this worker's
@@ -345,26 +346,31 @@ class WorkerPool:
         if scope.cancel_called or not self._may_wait(foreman):
             return False
         scope.deadline = math.inf  # the last call's deadline no longer matters
-        if self._arrived.is_set():
-            self._arrived = trio.Event()
-        self._parked += 1
-        try:
-            await self._arrived.wait()
-        finally:
-            self._parked -= 1
+        task, waiting = trio.lowlevel.current_task(), self._waiting
+        waiting.append(task)
+
+        def abort(_: RaiseCancelT) -> trio.lowlevel.Abort:
+            waiting.remove(task)
+            return trio.lowlevel.Abort.SUCCEEDED
+
+        # Woken by ``offer`` or ``close`` (no event and parking lot: a streamed
+        # call's wake-up is on its path to the tool).
+        await trio.lowlevel.wait_task_rescheduled(abort)
         return True
 
     def offer(self) -> None:
         """A call was appended to an open run: wake a waiting worker, or hire one for it."""
-        if self._parked:
-            self._arrived.set()
+        if self._waiting:
+            trio.lowlevel.reschedule(self._waiting.pop(0))
         else:
             self._hire()
 
     def close(self) -> None:
         """No more calls will join this run."""
         self._closed = True
-        self._arrived.set()
+        waiting, self._waiting = self._waiting, []
+        for task in waiting:
+            trio.lowlevel.reschedule(task)
 
     async def _run_aside(self, slot: CallSlot, worker: object) -> bool:
         """Run a call that waits for a human or a tool cap through ``run_call``, the
@@ -415,15 +421,6 @@ class WorkerPool:
 # The scope of a worker whose calls cannot block: never entered, as no
 # deadline of theirs can fire (``WorkerPool._inert``).
 _NO_DEADLINES = contextlib.nullcontext(trio.CancelScope())
-
-
-def _set_event() -> trio.Event:
-    event = trio.Event()
-    event.set()
-    return event
-
-
-_ARRIVED = _set_event()  # nobody waits for a call (a set event is never waited on)
 
 
 def _give_back(limiter: ClassPool, borrower: object) -> bool:
