@@ -323,3 +323,28 @@ async def test_after_a_dead_hosts_lease_expires_its_calls_are_treated_as_interru
     assert not read["error"]
     assert read["text"] == "ran again r-c1"  # a read may run again
     assert len(_marks(tmp_path, "r-c1")) == 2
+
+
+async def test_a_command_line_names_a_postgresql_journal_by_url_or_conninfo(
+    pg_cluster: _pg.Cluster, pg_dsn: str
+) -> None:
+    from toolexec._durable._postgres import PostgresStore
+    from toolexec.durable import SQLiteStore, answer_question, open_store, pending_questions
+
+    dbname = pg_dsn.rsplit("dbname=", 1)[1]
+    url = f"postgresql://postgres@/{dbname}?host={pg_cluster.folder}"
+    assert isinstance(open_store("journal.db"), SQLiteStore)
+    by_conninfo, by_url = open_store(pg_dsn), open_store(url)
+    assert isinstance(by_conninfo, PostgresStore)
+    assert isinstance(by_url, PostgresStore)
+    asked = _planned("c1", question='{"summary": "write x"}', deadline=time.time() + 600)
+    await by_conninfo.write([asked])
+    [question] = await pending_questions(by_url)
+    assert question.summary == "write x"
+    assert await answer_question(by_url, question.id, True, by="ann")
+    got = await by_conninfo.get(_key("c1"))
+    assert got is not None
+    assert got.answer is not None
+    assert json.loads(got.answer)["by"] == "ann"
+    for store in (by_conninfo, by_url):
+        await store.aclose()

@@ -10,17 +10,22 @@ executor resumed after a crash finds it there and never asks again.
 from __future__ import annotations
 
 import json
+import re
 from typing import TYPE_CHECKING, Any
 
 import attrs
 
 from .._core._display import display_text
+from ._postgres import PostgresStore
 from ._sqlite import SQLiteStore
 
 if TYPE_CHECKING:
     from .._core._journal import CallKey, CallRecord, JournalStore
 
 __all__ = ["Question", "answer_question", "open_store", "pending_questions"]
+
+# A libpq connection string: keyword=value pairs, a value bare or single-quoted.
+_CONNINFO = re.compile(r"\s*(\w+\s*=\s*('(\\.|[^'\\])*'|[^\s']+)\s*)+")
 
 
 @attrs.frozen
@@ -89,11 +94,23 @@ async def answer_question(
 
 
 def open_store(where: str) -> JournalStore:
-    """The journal store a command line names: a SQLite file's path.
+    """The journal store a command line names: a PostgreSQL database or a SQLite file.
+
+    A PostgreSQL database is named by its URL (``postgresql://host/db``) or
+    a libpq connection string (``"host=db.internal dbname=agents"``); it
+    needs the ``postgres`` extra. Anything else is a SQLite file's path.
+
+    Example::
+
+        store = open_store("postgresql://toolexec@db.internal/agents")
 
     Raises:
         ValueError: ``where`` is empty.
     """
     if not where:
-        raise ValueError("name a journal: the path of its SQLite file")
+        raise ValueError(
+            "name a journal: the path of its SQLite file, or a PostgreSQL database's URL"
+        )
+    if where.startswith(("postgresql://", "postgres://")) or _CONNINFO.fullmatch(where):
+        return PostgresStore(where)
     return SQLiteStore(where)
