@@ -344,3 +344,20 @@ async def test_toolexec_exec_runs_the_shell_sandboxed(tmp_path: Path) -> None:
         (result,) = json.loads(done.stdout)
         assert (os.readlink("/proc/self/ns/pid") in result["content"]) is here
         assert ("sandbox: shell run" in done.stderr) is (sandbox == "auto")
+
+
+@pytest.mark.parametrize("warm", [0, 2])
+async def test_a_sandbox_that_cannot_be_set_up_says_why_and_runs_nothing(
+    warm: int, tmp_path: Path
+) -> None:
+    await _require("bwrap")
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    async with SubprocessBackend(levels=("bwrap",), warm=warm) as backend:
+        executor = _executor(gone, backend)
+        gone.rmdir()
+        result = await _shell(executor, "true")
+    assert result.is_error
+    assert "the sandbox (isolation 'bwrap') could not be set up: " in result.text
+    assert "bwrap: " in result.text or "No such file or directory" in result.text
+    assert backend._pool.idle == []
