@@ -21,6 +21,7 @@ from toolexec import (
     ErrorClass,
     SideEffects,
     ToolCall,
+    ToolContext,
     ToolExecutor,
     ToolRegistry,
     function_tool,
@@ -177,3 +178,29 @@ async def test_a_cancelled_run_that_cannot_block_starts_no_call() -> None:
     outcome = await batch.run()
     assert [r.error_class for r in outcome.results] == [ErrorClass.CANCELLED] * 5
     assert all(r.duration == 0 for r in outcome.results)
+
+
+async def test_a_tool_run_by_a_worker_can_run_a_batch_on_the_same_pools() -> None:
+    """A worker's permit belongs to the worker, not to its task: a tool it runs may
+    run a nested batch through the same read pool (``ctx.service(ToolExecutor)``)."""
+    registry = ToolRegistry()
+
+    @function_tool(side_effects=SideEffects.READ)
+    async def leaf(x: int) -> str:
+        """Return x."""
+        await trio.lowlevel.checkpoint()
+        return str(x)
+
+    @function_tool(side_effects=SideEffects.READ)
+    async def outer(ctx: ToolContext, n: int) -> str:
+        """Run two leaves as a batch of this executor's own."""
+        calls = [ToolCall(f"{n}a", "leaf", {"x": n}), ToolCall(f"{n}b", "leaf", {"x": n + 10})]
+        inner = await ctx.service(ToolExecutor).execute_batch(calls)
+        return ",".join(r.text for r in inner.results)
+
+    registry.register(leaf)
+    registry.register(outer)
+    executor = ToolExecutor(registry)
+    outcome = await executor.execute_batch([ToolCall(str(n), "outer", {"n": n}) for n in (1, 2, 3)])
+    assert [r.text for r in outcome.results] == ["1,11", "2,12", "3,13"]
+    assert executor.statistics().calls_in_flight == 0

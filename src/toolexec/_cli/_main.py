@@ -125,8 +125,6 @@ def _parser() -> argparse.ArgumentParser:
         ),
     )
     run.add_argument(
-        "--ray-address",
-    run.add_argument(
         "--sandbox",
         choices=("auto", "none", "bwrap", "unshare", "rlimits"),
         default="auto",
@@ -137,6 +135,8 @@ def _parser() -> argparse.ArgumentParser:
             "or stronger, else an error result; none: on the host (docs/sandbox.md)"
         ),
     )
+    run.add_argument(
+        "--ray-address",
         metavar="ADDR",
         help=(
             "the Ray cluster to connect to ('auto', HOST:PORT, ray://HOST:PORT); it also "

@@ -258,14 +258,11 @@ def execute(
 ) -> Generator[Any, Any, tuple[object, ToolResult | None]]:
     """Run a started call's tool to its end: ``(output, None)`` or ``(None, failure)``.
 
-    The tool runs one step at a time in a copy of the driver's context, so
-    a context variable it sets is its own, as in a task of its own; a
-    driver that is a task of its own for this call alone (``own_task``)
-    already has its own copy, so none is made. The first time the tool
-    blocks (yields to trio), ``on_block`` is called: a driver sets the
-    deadline then, since before it nothing could have cancelled the tool.
-    Every trap goes on to trio unchanged, every answer comes back as
-    ``yield from`` would relay it. ``trio.Cancelled`` and
+    The tool runs one step at a time in its own copy of the context, as in a
+    task of its own (a driver that is the call's own task, ``own_task``, has
+    one already). When it first blocks, ``on_block`` is called: the driver
+    sets the deadline then, as nothing could have cancelled it before. Traps
+    and answers are relayed as ``yield from`` would; ``trio.Cancelled`` and
     ``KeyboardInterrupt`` go on to the driver (``propagates``).
     """
     context = None if own_task else contextvars.copy_context()
@@ -273,8 +270,7 @@ def execute(
     rt.in_flight += 1
     try:
         running, convert = _open(rt, slot, report)
-        sent: object = None
-        thrown: BaseException | None = None
+        sent, thrown = None, None
         while True:
             try:
                 if context is None:

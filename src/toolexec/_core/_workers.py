@@ -268,7 +268,7 @@ class WorkerPool:
         if hired:
             self._coming -= 1
         slots, limiter = self._slots, self._limiter
-        me = trio.lowlevel.current_task()  # the permit's borrower
+        me = object()  # the permit's borrower (not the task: a tool may run a nested batch)
         held = keep = False  # our permit; and whether nobody can have queued for it since
         try:
             while self._more(not hired):
