@@ -229,8 +229,9 @@ def bwrap_command(
 ) -> list[str] | None:
     """The argv that runs the program at ``path`` (with ``argv``) under bwrap with no
     launcher (its own first process reaps, and ends the namespace when the
-    program exits), with the same namespaces and mounts as a launched call;
-    the seccomp filter, without the network, is read from descriptor 3.
+    program exits; all die with the thread that starts bwrap), with the same
+    namespaces and mounts as a launched call; the seccomp filter, without the
+    network, is read from descriptor 3.
     ``None`` when the program lives where the sandbox hides it."""
     hidden = _hidden()
     if any(_under(path, h) for h in hidden):
@@ -242,7 +243,8 @@ def bwrap_command(
         workspace,
     )
     options = _bwrap(found, limits.network, hidden, kept, workspace, limits.workspace == "rw")
-    options += ["--chdir", workspace, "--cap-drop", "ALL"]
+    # --die-with-parent: bwrap and all in it die with the thread that started it.
+    options += ["--chdir", workspace, "--die-with-parent", "--cap-drop", "ALL"]
     if not limits.network:
         options += ["--seccomp", "3"]
     if argv[0] != path:

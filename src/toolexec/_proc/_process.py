@@ -68,6 +68,7 @@ __all__ = [
     "OutputCapture",
     "PipeCollector",
     "group_alive",
+    "group_has_members",
     "open_group_process",
     "reap",
     "supervise",
@@ -129,6 +130,11 @@ def group_alive(process: trio.Process) -> bool:
     if process.poll() is None:
         return True  # a session leader cannot leave its group
     return _has_live_member(process.pid)
+
+
+def group_has_members(pgid: int) -> bool:
+    """Whether a live (non-zombie) process is in group ``pgid``, whose leader is reaped."""
+    return _has_live_member(pgid)
 
 
 def _has_live_member(pgid: int) -> bool:

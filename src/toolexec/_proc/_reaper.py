@@ -379,18 +379,12 @@ class ReapedProcess:
 
 
 async def open_reaped(
-    attempts: Sequence[Attempt],
-    cwd: str,
-    stdout: int,
-    stderr: int,
-    grace: float,
-    extra: int | None = None,
+    attempts: Sequence[Attempt], cwd: str, stdout: int, stderr: int, grace: float
 ) -> ReapedProcess | None:
     """Have a worker start the first of ``attempts`` that starts, or ``None`` (no reaper here).
 
-    ``stdout`` and ``stderr`` are passed to the command, and ``extra``, when
-    given, as its descriptor 3; the caller still closes its own copies.
-    Always ``aclose`` what this returns.
+    ``stdout`` and ``stderr`` are passed to the command; the caller still
+    closes its own copies. Always ``aclose`` what this returns.
 
     Raises:
         OSError: the request cannot be sent (an argument list that is too long).
@@ -407,9 +401,7 @@ async def open_reaped(
                 return None
             continue
         try:
-            socket.send_fds(
-                worker, [request], [stdout, stderr, *([] if extra is None else [extra])]
-            )
+            socket.send_fds(worker, [request], [stdout, stderr])
         except OSError as exc:
             worker.close()
             if exc.errno == errno.EMSGSIZE:

@@ -255,7 +255,7 @@ class _Worker:
         while not self.orphaned:
             try:  # the size of the next request first, then the request
                 size = self.sock.recv_into(probe, 1, socket.MSG_PEEK | socket.MSG_TRUNC)
-                data, fds, _, _ = socket.recv_fds(self.sock, size, 3, socket.MSG_CMSG_CLOEXEC)
+                data, fds, _, _ = socket.recv_fds(self.sock, size, 2, socket.MSG_CMSG_CLOEXEC)
             except OSError:
                 data, fds = b"", []
             if not data:
