@@ -15,6 +15,7 @@ from toolexec import (
     Sequential,
     SideEffects,
     StopReason,
+    ToolContext,
     ToolExecutor,
     ToolRegistry,
     function_tool,
@@ -237,6 +238,35 @@ async def test_cancellation_propagates_as_plain_cancelled(autojump_clock: object
             raised.append(exc)
             raise
     assert [type(e) for e in raised] == [trio.Cancelled]
+
+
+async def test_a_loop_runs_inside_a_tool_call_on_the_same_executor(autojump_clock: object) -> None:
+    """A loop runs its batch in the task that calls it. Started by a tool, that
+    task is a worker holding the tool call's permit; the inner batch's workers
+    take permits of their own from the same read pool, under an outer loop
+    and under a plain batch alike."""
+    log: list[str] = []
+    registry = make_registry(log)
+
+    @function_tool(side_effects=SideEffects.READ)
+    async def delegate(ctx: ToolContext, key: str) -> str:
+        """Ask an inner loop on this same executor."""
+        executor = ctx.service(ToolExecutor)
+        assert executor is not None
+        calls = [tool_call("lookup", {"key": f"{key}{i}"}) for i in range(3)]
+        result = await AgentLoop(ScriptedModel([calls, "inner done"]), executor).run(key)
+        return f"{result.text}: {len(result.transcript[-2].tool_results)} results"
+
+    registry.register(delegate)
+    executor = ToolExecutor(registry)
+    outer = [tool_call("delegate", {"key": k}) for k in "ab"]
+    with trio.fail_after(60):
+        result = await AgentLoop(ScriptedModel([outer, "outer done"]), executor).run("go")
+        batch = await executor.execute_batch([tool_call("delegate", {"key": "c"})])
+    assert result.finished
+    texts = [r.text for r in result.transcript[-2].tool_results] + [batch.results[0].text]
+    assert texts == ["inner done: 3 results"] * 3
+    assert sorted(log) == sorted(f"{k}{i}" for k in "abc" for i in range(3))
 
 
 async def test_progress_lines_per_turn() -> None:

@@ -19,22 +19,18 @@ in flight is cancelled in an orderly way, so every call still gets its
 
 from __future__ import annotations
 
-import contextvars
 import enum
 import itertools
 import secrets
 from typing import TYPE_CHECKING
 
 import attrs
-import trio
 
-from .._core._errors import bare_interrupt
 from ._model import Message, Usage
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
-    from .._core._batch import Batch, BatchOutcome
     from .._core._executor import ToolExecutor
     from ._model import Model, ModelResponse
 
@@ -169,7 +165,9 @@ class AgentLoop:
                 stop = StopReason.FINISHED
                 break
             calls += len(response.tool_calls)
-            outcome = await run_batch(self.executor.prepare(response.tool_calls))
+            # In this task: on an outside cancel, Batch.run answers every
+            # unfinished call ``cancelled`` once its tasks have ended.
+            outcome = await self.executor.prepare(response.tool_calls).run()
             messages.append(Message("tool", tool_results=outcome.results))
             messages.extend(Message("user", m) for m in outcome.steering_messages)
             if outcome.cancelled:
@@ -201,57 +199,3 @@ class AgentLoop:
             self.on_progress(f"turn {turn}: {len(response.tool_calls)} tool call(s): {names}")
         else:
             self.on_progress(f"turn {turn}: answered")
-
-
-#: Whether this task runs a loop's batch (and so, a tool call of that batch).
-_IN_A_BATCH = contextvars.ContextVar("toolexec_in_a_batch", default=False)
-
-
-async def run_batch(batch: Batch) -> BatchOutcome:
-    """Run a batch so that outside cancellation still gives every call its result.
-
-    Outside any loop's batch, the batch runs in this task (which has nothing
-    else to do): on an outside cancel, ``Batch.run`` itself answers every
-    unfinished call ``cancelled`` once its tasks have ended.
-
-    Inside a tool call of a loop's batch, this task is a worker holding a
-    permit, maybe of a pool the batch shares (the tree's read pool, or the
-    same executor's), so the batch runs shielded in a task of its own, a
-    borrower of its own; if this task is cancelled (or interrupted), the
-    batch is cancelled through its own scope, which answers every
-    unfinished call ``cancelled`` and ends its tasks; only then does the
-    cancellation propagate. Deadlines inside the batch (each call's
-    timeout) still apply: the shield only stops *outer* cancellation.
-    """
-    if not _IN_A_BATCH.get():
-        token = _IN_A_BATCH.set(True)  # seen by the tools this batch runs
-        try:
-            return await batch.run()
-        finally:
-            _IN_A_BATCH.reset(token)
-    box: list[BatchOutcome] = []
-    done = trio.Event()
-
-    async def runner() -> None:
-        with trio.CancelScope(shield=True):
-            box.append(await batch.run())
-        done.set()
-
-    try:
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(runner)
-            try:
-                await done.wait()
-            except BaseException:
-                batch.cancel()
-                raise
-    except BaseExceptionGroup as group:
-        # Only our own wait was cancelled: raise that alone, as trio code expects;
-        # and an interrupt bare, as the host's ``except KeyboardInterrupt`` expects.
-        interrupt = bare_interrupt(group)
-        if interrupt is not None:
-            raise interrupt from None
-        if len(group.exceptions) == 1 and isinstance(group.exceptions[0], trio.Cancelled):
-            raise group.exceptions[0] from None
-        raise
-    return box[0]
