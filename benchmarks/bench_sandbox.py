@@ -9,7 +9,9 @@ a ``SubprocessBackend`` restricted to each isolation level this machine has
 the median time per call of each and its ratio to the host's. Outside
 toolexec, in the same rounds, it times ``sh -c true`` and ``bwrap ... true``
 (the namespaces, mounts and seccomp filter of a call at the ``bwrap`` level,
-started from this process: the floor for a fresh bwrap sandbox). The load average is
+started from this process: the floor for a fresh bwrap sandbox). The row
+``wasm add warm`` is a pure-Python function tool's call (``add``) in a warm
+``WasmBackend`` (target: at most 1 ms). The load average is
 printed before and after: compare runs only on a quiet machine.
 
 The last two lines are for scripts::
@@ -21,9 +23,11 @@ The last two lines are for scripts::
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import statistics
 import subprocess
+import sys
 import tempfile
 import time
 from typing import TYPE_CHECKING
@@ -35,7 +39,7 @@ from toolexec._backends._sandbox_child import unix_socket_filter
 from toolexec._backends._sandbox_launch import bwrap_command
 from toolexec._tools._shell import ShellTool
 from toolexec._tools._workspace import Workspace
-from toolexec.backends import SandboxLimits, SubprocessBackend
+from toolexec.backends import SandboxLimits, SubprocessBackend, WasmBackend
 from toolexec.policy import Allow, ExecutionGrant
 
 if TYPE_CHECKING:
@@ -100,7 +104,47 @@ async def _raw_bwrap(root: str) -> Callable[[int], Awaitable[float]]:
     return per_call
 
 
-async def _sandboxes(registry: ToolRegistry, stack: list[SubprocessBackend]) -> Timed:
+_WASM_TOOLS = '''
+from toolexec import SideEffects, function_tool
+
+
+@function_tool(side_effects=SideEffects.READ)
+def add(a: int, b: int) -> int:
+    """Add two numbers."""
+    return a + b
+'''
+
+
+class _ToWasm:
+    def decide(self, definition: object, arguments: object, agent_path: str) -> Allow:
+        return Allow(ExecutionGrant(sandbox="wasm"))
+
+
+def _wasm_add(stack: list[SubprocessBackend | WasmBackend]) -> Callable[[int], Awaitable[float]]:
+    """A pure-Python function tool's call (``add``) in a warm wasm sandbox."""
+    folder = tempfile.mkdtemp(prefix="toolexec-bench-wasm-")
+    with open(os.path.join(folder, "bench_wasm_tools.py"), "w") as f:
+        f.write(_WASM_TOOLS)
+    sys.path.insert(0, folder)
+    tools = importlib.import_module("bench_wasm_tools")
+    registry = ToolRegistry()
+    registry.register(tools.add)
+    backend = WasmBackend()
+    stack.append(backend)
+    executor = ToolExecutor(registry, policy=_ToWasm(), backends={"wasm": backend})
+
+    async def per_call(calls: int) -> float:
+        call = [ToolCall("1", "add", {"a": 1, "b": 2})]
+        start = time.perf_counter()
+        for _ in range(calls):
+            outcome = await executor.execute_batch(call)
+            assert outcome.results[0].text == "3", outcome.results[0].text
+        return (time.perf_counter() - start) / calls
+
+    return per_call
+
+
+async def _sandboxes(registry: ToolRegistry, stack: list[SubprocessBackend | WasmBackend]) -> Timed:
     """Per level the machine has: the shell call in a fresh and in a warm sandbox."""
     timed: Timed = {}
     for level in LEVELS:
@@ -113,7 +157,7 @@ async def _sandboxes(registry: ToolRegistry, stack: list[SubprocessBackend]) -> 
             stack.append(backend)
             executor = ToolExecutor(registry, policy=_ToSandbox(), backends={"subprocess": backend})
             timed[f"{level} {mode}"] = _shell_calls(executor)
-    # H4: the wasm row (a function tool in the wasm sandbox) goes here.
+    timed["wasm add warm"] = _wasm_add(stack)
     return timed
 
 
@@ -122,7 +166,7 @@ async def main(rounds: int, calls: int) -> None:
     registry = ToolRegistry()
     registry.register(ShellTool(Workspace(root)))
     timed: Timed = {"host": _shell_calls(ToolExecutor(registry))}
-    backends: list[SubprocessBackend] = []
+    backends: list[SubprocessBackend | WasmBackend] = []
     timed.update(await _sandboxes(registry, backends))
     timed["sh -c true"] = _raw(["/bin/sh", "-c", "true"])
     if "bwrap fresh" in timed:
