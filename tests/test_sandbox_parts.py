@@ -432,12 +432,12 @@ def test_a_warm_launcher_reads_requests_with_their_descriptors() -> None:
     pipes = [os.pipe() for _ in range(3)]
     try:
         body = marshal.dumps({"kind": "exec", "big": "x" * 100_000})
-        sender = threading.Thread(
-            target=lambda: (
-                socket.send_fds(ours, [len(body).to_bytes(8, "big") + body], [p[1] for p in pipes]),
-                ours.close(),
-            )
-        )
+
+        def send() -> None:
+            socket.send_fds(ours, [len(body).to_bytes(8, "big") + body], [p[1] for p in pipes])
+            ours.close()
+
+        sender = threading.Thread(target=send)
         sender.start()
         got = child._next_request(theirs)
         sender.join()

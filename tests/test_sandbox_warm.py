@@ -293,8 +293,10 @@ def test_the_sandbox_by_default_routes_only_what_it_can_run(workspace: Path) -> 
     assert isinstance(plain, Ask)
     assert plain.grant.sandbox == "subprocess"
     assert dict(plain.grant.limits) == {"workspace": "ro", "network": True}  # the grant's own win
-    assert policy.decide(definition("local"), {"text": "x"}, "root").grant.sandbox == "host"
-    assert policy.decide(definition("crash"), {}, "root").grant.sandbox == "elsewhere"
+    for name, arguments, sandbox in (("local", {"text": "x"}, "host"), ("crash", {}, "elsewhere")):
+        decision = policy.decide(definition(name), arguments, "root")
+        assert isinstance(decision, Allow)
+        assert decision.grant.sandbox == sandbox
     assert isinstance(policy.decide(definition("refuse"), {"reason": "x"}, "root"), Deny)
     assert policy.runs_there("where")
     assert not policy.runs_there("missing")
@@ -318,7 +320,8 @@ async def test_toolexec_exec_runs_the_shell_sandboxed(tmp_path: Path) -> None:
     workspace = tmp_path / "workspace"
     (workspace / "notes").mkdir(parents=True)
     (workspace / "notes" / "todo.txt").write_text("one\ntwo\n")
-    args = ["exec", ROOT / "examples" / "shell_response.json", "-w", workspace, "--yes", "--shell"]
+    example = ROOT / "examples" / "shell_response.json"
+    args: list[str | Path] = ["exec", example, "-w", workspace, "--yes", "--shell"]
     done = _toolexec(*args)
     assert done.returncode == 0, done.stderr
     line = f"sandbox: shell run in the subprocess sandbox at isolation '{found.level}' (warm)"
