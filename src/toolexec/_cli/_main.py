@@ -33,6 +33,8 @@ from .._adapters._formats import FORMATS
 from .._backends._remote_wire import TOKEN_ENV
 from .._core._display import display_json, display_lines
 from .._gate._policy import HOST
+from ._questions import COMMANDS as QUESTION_COMMANDS
+from ._questions import add_parsers as add_question_parsers
 from ._sources import UsageError
 
 if TYPE_CHECKING:
@@ -170,6 +172,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     _serve_options(serve)
     _stdio_options(serve)
+    add_question_parsers(commands)
     return parser
 
 
@@ -306,6 +309,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "serve":
             return _serve(args, stdout, stderr)
+        if args.command in QUESTION_COMMANDS:  # docs/durable.md
+            from ._questions import questions_command
+
+            return questions_command(args, stdout)
         from . import _commands  # the machinery, once the arguments are known
 
         if args.command == "tools":

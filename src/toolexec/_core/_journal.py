@@ -60,7 +60,7 @@ class Phase(enum.IntEnum):
     FINISHED = 2
 
 
-@attrs.frozen
+@attrs.frozen(cache_hash=True)
 class CallKey:
     """Where a call belongs: its session, agent, batch and id.
 

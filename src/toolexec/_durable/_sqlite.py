@@ -6,9 +6,12 @@ trio loop never waits on the disk. Each method is one transaction:
 ``write`` merges a whole flush of records at once (the lifecycle batches
 its records per run), ``claim`` reads and starts a call under
 ``BEGIN IMMEDIATE`` so two processes sharing the file cannot both claim it.
-With ``synchronous="FULL"`` (the default) a commit is on disk when it
-returns, power loss included; ``"NORMAL"`` survives a crash of the process
-only. Several processes may share the file (a lock timeout of
+In WAL mode with ``synchronous="NORMAL"`` (the default) a commit survives
+any crash of the process (a SIGKILL, an abort) but not a power loss or a
+crash of the operating system, which may take the last commits back; with
+``"FULL"`` every commit waits for the disk (an fsync) and survives those
+too, at a few milliseconds per commit on an ordinary disk
+(docs/durable.md, "Costs"). Several processes may share the file (a lock timeout of
 ``busy_timeout`` seconds covers their transactions).
 """
 
@@ -88,13 +91,14 @@ class SQLiteStore:
 
     Args:
         path: the database file (created if missing).
-        synchronous: ``"FULL"`` (a commit survives power loss) or
-            ``"NORMAL"`` (it survives a crash of the process only).
+        synchronous: ``"NORMAL"`` (a commit survives any crash of the
+            process) or ``"FULL"`` (it survives a power loss too, at an
+            fsync per commit).
         busy_timeout: seconds to wait for another process's transaction.
     """
 
     def __init__(
-        self, path: str | PathLike[str], *, synchronous: str = "FULL", busy_timeout: float = 60.0
+        self, path: str | PathLike[str], *, synchronous: str = "NORMAL", busy_timeout: float = 60.0
     ) -> None:
         if synchronous not in ("FULL", "NORMAL"):
             raise ValueError(f"synchronous must be 'FULL' or 'NORMAL', got {synchronous!r}")

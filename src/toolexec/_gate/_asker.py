@@ -104,12 +104,13 @@ class Asker:
     ) -> ToolResult | None:
         name = slot.call.name
         timeout = self.config.timeout if self.config is not None else 300.0
-        report.call_event(ApprovalRequested, slot.call, summary=request.summary)
+        asked = partial(report.call_event, ApprovalRequested, slot.call, summary=request.summary)
         if report.journal is None:
+            asked()
             answer = await self._wait(slot, request, timeout)
         else:  # the question is a journal record; any process may answer it
             here = None if self.approver is None else partial(self._wait, slot, request)
-            answer = await report.journal.approval(slot, request, timeout, here)
+            answer = await report.journal.approval(slot, request, timeout, here, asked)
         if isinstance(answer, ToolResult):
             return answer
         report.call_event(

@@ -224,6 +224,7 @@ def _build(
     is_recursive: bool,
     classifier: Callable[[Mapping[str, Any]], SideEffects] | None,
     resource_hints: Mapping[str, float] | None = None,
+    idempotent: bool = False,
 ) -> FunctionTool:
     tool_name = name or fn.__name__
     where = f"function tool {tool_name!r}"
@@ -242,6 +243,7 @@ def _build(
         timeout=timeout,
         classifier=classifier,
         resource_hints={} if resource_hints is None else resource_hints,
+        idempotent=idempotent,
     )
     return FunctionTool(
         definition,
@@ -324,6 +326,7 @@ def function_tool(
     is_recursive: bool = False,
     classifier: Callable[[Mapping[str, Any]], SideEffects] | None = None,
     resource_hints: Mapping[str, float] | None = None,
+    idempotent: bool = False,
 ) -> Callable[[Callable[..., Any]], FunctionTool]: ...
 def function_tool(
     fn: Callable[..., Any] | None = None,
@@ -336,6 +339,7 @@ def function_tool(
     is_recursive: bool = False,
     classifier: Callable[[Mapping[str, Any]], SideEffects] | None = None,
     resource_hints: Mapping[str, float] | None = None,
+    idempotent: bool = False,
 ) -> FunctionTool | Callable[[Callable[..., Any]], FunctionTool]:
     """Turn a sync or async function into a tool; usable as a decorator.
 
@@ -364,7 +368,9 @@ def function_tool(
         description: defaults to the docstring's first paragraph.
         side_effects: what the function is capable of; defaults to the unsafe
             ``EXECUTE`` so nothing runs concurrently by accident.
-        timeout, is_recursive, classifier, resource_hints: as in ``ToolDefinition``.
+        timeout, is_recursive, classifier, resource_hints, idempotent: as in
+            ``ToolDefinition`` (an idempotent tool takes a ``ToolContext`` to
+            read its ``idempotency_key``).
 
     Raises:
         RegistrationError: a parameter's annotation has no JSON Schema mapping
@@ -374,7 +380,15 @@ def function_tool(
 
     def wrap(f: Callable[..., Any]) -> FunctionTool:
         return _build(
-            f, name, description, side_effects, timeout, is_recursive, classifier, resource_hints
+            f,
+            name,
+            description,
+            side_effects,
+            timeout,
+            is_recursive,
+            classifier,
+            resource_hints,
+            idempotent,
         )
 
     return wrap(fn) if fn is not None else wrap
