@@ -90,11 +90,12 @@ def _signal(pid: int, *signals: signal.Signals) -> None:
             os.killpg(pid, sig)
 
 
-async def _end(pid: int, exit_fd: int, grace: float) -> None:
-    """SIGTERM to bwrap's group, up to ``grace`` s, then SIGKILL (shielded)."""
+async def _end(pid: int, exit_fd: int, grace: float) -> bool:
+    """SIGTERM to bwrap's group, up to ``grace`` s, then SIGKILL (shielded);
+    whether it had to (bwrap had not exited)."""
     with trio.CancelScope(shield=True):
         if _exited(exit_fd):
-            return
+            return False
         _signal(pid, signal.SIGTERM, signal.SIGCONT)
         with trio.move_on_after(grace):
             await trio.lowlevel.wait_readable(exit_fd)
@@ -102,6 +103,7 @@ async def _end(pid: int, exit_fd: int, grace: float) -> None:
             _signal(pid, signal.SIGKILL)
             with trio.move_on_after(_KILL_WAIT):
                 await trio.lowlevel.wait_readable(exit_fd)
+    return True
 
 
 async def _namespace_gone(pgid: int) -> None:
@@ -117,19 +119,24 @@ async def _namespace_gone(pgid: int) -> None:
 
 async def _follow(
     pid: int, exit_fd: int, collector: PipeCollector, limit: float, grace: float
-) -> bool:
-    """Collect output until bwrap exits or ``limit`` passes (then end it); whether it passed."""
+) -> tuple[bool, bool]:
+    """Collect output until bwrap exits or ``limit`` passes (then end it); whether
+    it passed, and whether bwrap was ended (and not exited by itself)."""
     try:
         with trio.move_on_after(limit) as deadline:
             await collector.until_exit(exit_fd)
         async with trio.open_nursery() as nursery:
             nursery.start_soon(collector.drain)
-            await _end(pid, exit_fd, grace)
+            ended = await _end(pid, exit_fd, grace)
             nursery.cancel_scope.deadline = trio.current_time() + _DRAIN_SECONDS
-    except BaseException:
-        await _end(pid, exit_fd, grace)
+    except BaseException:  # cancelled, say: end it, reap it, and let the namespace go
+        ended = await _end(pid, exit_fd, grace)
+        if _exited(exit_fd):
+            os.waitpid(pid, 0)  # noqa: ASYNC222  # it exited
+            if ended:
+                await _namespace_gone(pid)
         raise
-    return deadline.cancelled_caught
+    return deadline.cancelled_caught, ended
 
 
 async def run_in_bwrap(
@@ -167,14 +174,14 @@ async def run_in_bwrap(
                 os.close(fd)
         exit_fd = os.pidfd_open(pid)
         try:
-            timed_out = await _follow(pid, exit_fd, collector, limit, grace)
-        finally:
+            timed_out, ended = await _follow(pid, exit_fd, collector, limit, grace)
             # Reaped once it exited; one that outlived SIGKILL is left to the kernel.
             gone = _exited(exit_fd)
-            os.close(exit_fd)
             status = os.waitpid(pid, 0)[1] if gone else None  # noqa: ASYNC222  # it exited
-            if gone:
+            if gone and ended:
                 await _namespace_gone(pid)
+        finally:
+            os.close(exit_fd)
     finally:
         collector.close()
     if status is None:
