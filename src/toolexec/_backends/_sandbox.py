@@ -33,8 +33,11 @@ Theory of operation.
 
 The parts: ``_sandbox_limits`` (the levels, and what a grant may limit),
 ``_sandbox_launch`` (the command line at each level, and the probe of which
-levels work), ``_sandbox_child`` (the launcher), ``_sandbox_codec`` (what
-crosses the pipes). This module holds the backend and runs one call
+levels work), ``_sandbox_child`` (the launcher, fresh or serving warm),
+``_sandbox_codec`` (what crosses the pipes), ``_sandbox_warm`` (the pool of
+warm sandboxes, with ``warm``), ``_sandbox_lean`` (a fresh bwrap shell call
+with no limit to set: bwrap alone, no launcher), ``_sandbox_default``
+(``SandboxByDefault``). This module holds the backend and runs one call
 (``_Run``): it sends the request, reads the reports, and makes the result.
 """
 
