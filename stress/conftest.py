@@ -15,8 +15,9 @@ from hypothesis import HealthCheck, settings
 # The session fixture that starts the reaper's supervisor under coverage, in
 # force for stress/ as for tests/: a worker process whose first file is a
 # stress file would otherwise start the supervisor unmeasured, for the rest of
-# its session.
-from conftest import _measured_supervisor  # noqa: F401
+# its session. And the throwaway PostgreSQL cluster (tests/_pg.py), for the
+# PostgreSQL half of the crash test.
+from conftest import _measured_supervisor, pg_cluster  # noqa: F401
 
 _COMMON = settings(
     deadline=None,  # one example is a whole trio run; wall time varies

@@ -201,3 +201,14 @@ def test_killed_hosts_resume_without_repeating_or_losing_anything(tmp_path: Path
         landed += trial(seed, where)
     print(f"{TRIALS} trials; kills landed at: {dict(landed)}")
     assert sum(landed.values()) >= TRIALS
+
+
+def test_killed_hosts_resume_on_a_postgresql_journal_too(pg_cluster: Any, tmp_path: Path) -> None:
+    """The same trials with the journal in PostgreSQL, a fresh database for each."""
+    landed: collections.Counter[str] = collections.Counter()
+    for seed in range(TRIALS):
+        where = tmp_path / str(seed)
+        where.mkdir()
+        landed += trial(seed, where, store_spec=pg_cluster.create_database())
+    print(f"{TRIALS} trials on PostgreSQL; kills landed at: {dict(landed)}")
+    assert sum(landed.values()) >= TRIALS
