@@ -9,6 +9,9 @@ dir for the machines this one is not.
 from __future__ import annotations
 
 import hashlib
+import json
+import shutil
+import subprocess
 import sys
 import threading
 from pathlib import Path
@@ -173,3 +176,27 @@ def test_a_missing_wasmtime_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "wasmtime", None)
     with pytest.raises(ToolError, match=r"needs wasmtime; install toolexec's wasm extra"):
         _wasm_guest.compiled_guest()
+
+
+def test_the_command_line_refuses_a_micro_vm_rule_here(tmp_path: Path) -> None:
+    root = Path(__file__).parents[1]
+    workspace = tmp_path / "ws"
+    shutil.copytree(root / "examples" / "workspace", workspace)
+    policy = tmp_path / "policy.toml"
+    policy.write_text('[[rules]]\naction = "allow"\ntool = "shell"\nsandbox = "microvm"\n')
+    argv = ["exec", "examples/shell_response.json", "-w", workspace, "--shell", "--yes"]
+    argv += ["--policy", policy]
+    done = subprocess.run(
+        [sys.executable, "-m", "toolexec", *map(str, argv)],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=300,  # a hang guard
+    )
+    assert done.returncode == 0, done.stderr
+    texts = [m["content"] for m in json.loads(done.stdout)]
+    assert texts
+    for text in texts:
+        assert text.startswith("Error: Tool 'shell' was not run: it requires a micro-VM"), text
+    if not probe_microvm().usable:
+        assert all("this machine lacks" in text for text in texts)

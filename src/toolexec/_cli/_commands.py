@@ -20,9 +20,11 @@ import attrs
 import trio
 
 from .._adapters import _formats as formats
+from .._backends._microvm import MicroVMBackend
 from .._backends._ray import RayBackend
 from .._backends._sandbox import SubprocessBackend
 from .._backends._sandbox_default import SandboxByDefault
+from .._backends._wasm import WasmBackend
 from .._core._display import display_text
 from .._core._events import (
     ApprovalRequested,
@@ -269,6 +271,9 @@ async def _exec(
             sandbox = backends["subprocess"]
             assert isinstance(sandbox, SubprocessBackend)
             await stack.enter_async_context(sandbox)  # closes its warm sandboxes
+            wasm = backends["wasm"]
+            assert isinstance(wasm, WasmBackend)
+            await stack.enter_async_context(wasm)  # ends its warm guests
             return await _run(job, args, registry, (backends, policy), (stdin, stderr))
 
 
@@ -345,10 +350,16 @@ def _backends(
 ) -> tuple[dict[str, Backend], ToolPolicy]:
     """The backends of the run, and the policy routing to them: the subprocess
     sandbox, which a policy file's rules may name (docs/sandbox.md) and where
-    the shell and importable function tools run unless ``--sandbox none``, and
-    Ray when ``--ray-address`` is given (``--backend ray`` sends every call there)."""
+    the shell and importable function tools run unless ``--sandbox none``; the
+    ``wasm`` and ``microvm`` sandboxes, which only a policy file's rules send
+    calls to; and Ray when ``--ray-address`` is given (``--backend ray`` sends
+    every call there)."""
     level = None if args.sandbox in ("auto", "none") else args.sandbox
-    backends: dict[str, Backend] = {"subprocess": SubprocessBackend(warm=4, require=level)}
+    backends: dict[str, Backend] = {
+        "subprocess": SubprocessBackend(warm=4, require=level),
+        "wasm": WasmBackend(),
+        "microvm": MicroVMBackend(),
+    }
     if args.ray_address is None:
         if args.backend == "ray":
             raise UsageError(
