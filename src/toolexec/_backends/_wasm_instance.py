@@ -20,7 +20,9 @@ Theory of operation.
   (``poll_oneoff`` on clocks) waits on an event that ``kill`` sets, so no
   deadline waits for a sleeping guest; ``clock_time_get`` is this process's
   clocks, so the two agree. Standard output carries the reply (its length,
-  then JSON) to ``_on_stdout``; more than the output limit kills the guest.
+  then JSON) to ``_on_stdout``, which wasmtime calls on a thread of its own
+  while the guest waits for the write to finish (so the two never run at
+  once); more than the output limit kills the guest.
   The other WASI calls are wasmtime's: the files of the one preopened
   directory, clocks, random bytes. Only one of them can wait for an outside
   party: opening a named pipe (FIFO) in the workspace waits for its other
