@@ -195,7 +195,9 @@ async def test_a_tool_run_by_a_worker_can_run_a_batch_on_the_same_pools() -> Non
     async def outer(ctx: ToolContext, n: int) -> str:
         """Run two leaves as a batch of this executor's own."""
         calls = [ToolCall(f"{n}a", "leaf", {"x": n}), ToolCall(f"{n}b", "leaf", {"x": n + 10})]
-        inner = await ctx.service(ToolExecutor).execute_batch(calls)
+        executor = ctx.service(ToolExecutor)
+        assert executor is not None
+        inner = await executor.execute_batch(calls)
         return ",".join(r.text for r in inner.results)
 
     registry.register(leaf)
