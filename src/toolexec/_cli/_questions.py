@@ -55,7 +55,8 @@ def questions_command(args: argparse.Namespace, stdout: TextIO) -> int:
     """Run one of the three commands; the exit code."""
     import trio
 
-    from ..durable import SQLiteStore, answer_question, open_store, pending_questions
+    from .._durable._questions import answer_question, open_store, pending_questions
+    from .._durable._sqlite import SQLiteStore
 
     store = open_store(args.journal)
     if isinstance(store, SQLiteStore) and not os.path.exists(args.journal):
