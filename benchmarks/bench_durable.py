@@ -1,10 +1,11 @@
 """What the call journal costs: batches with a journal against the same batches without.
 
-Run: ``python benchmarks/bench_durable.py [--quick]``. For each store (SQLite
-here; PostgreSQL where ``postgres_store`` can open one), each tool and each
-batch size N = 1, 10, 100, it times batches on an executor with a journal
-and on the same executor without one, interleaved round by round in one
-process, and prints the medians and their ratio, with the load average.
+Run: ``python benchmarks/bench_durable.py [--quick]``. For each store (SQLite;
+PostgreSQL on a throwaway cluster this run starts, where the machine has the
+server's programs: see ``postgres_database``), each tool and each batch size
+N = 1, 10, 100, it times batches on an executor with a journal and on the
+same executor without one, interleaved round by round in one process, and
+prints the medians and their ratio, with the load average.
 
 The tools: a no-op, and a tool that waits 10 ms (I/O), each in two kinds:
 ``READ`` (read-only: a run of them starts together; the journal keeps their
@@ -14,7 +15,12 @@ a crash can never leave a write without a trace). Every batch has fresh
 call ids, so nothing is replayed: this is the cost of recording.
 
 Targets (issue 33): at N = 100 with the 10 ms tool, SQLite <= 1.5x and
-PostgreSQL <= 2x no journal. The SQLite store's default commits in WAL mode
+PostgreSQL <= 2x no journal. PostgreSQL is measured three ways: as one host
+(``postgres``: a journal without a lease, as the SQLite rows), as several
+hosts run it (``postgres-leased``: every call claimed under a lease before
+it runs), and with ``synchronous_commit=off`` (``postgres-async``: a commit
+survives any crash of a host, as SQLite's ``NORMAL`` does, not a crash of
+the database server), the last without a target. The SQLite store's default commits in WAL mode
 with ``synchronous=NORMAL`` (a commit survives any crash of the process);
 ``--full`` measures ``synchronous=FULL`` too (an fsync per commit: it
 survives a power loss), reported without a target.
@@ -23,6 +29,8 @@ survives a power loss), reported without a target.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import functools
 import itertools
 import os
 import statistics
@@ -41,7 +49,8 @@ if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
 SIZES = (1, 10, 100)
-TARGETS = {"sqlite": 1.5, "postgres": 2.0}
+TARGETS = {"sqlite": 1.5, "postgres": 2.0, "postgres-leased": 2.0}
+ASYNC = " options='-c synchronous_commit=off'"
 _ids = itertools.count()
 
 
@@ -78,13 +87,28 @@ def sqlite_store(where: Path, synchronous: str = "NORMAL") -> JournalStore:
     return SQLiteStore(where / f"journal-{synchronous}.db", synchronous=synchronous)
 
 
-def postgres_store(where: Path) -> JournalStore | None:
-    """A PostgreSQL store for the PostgreSQL rows, or ``None`` where none can be opened.
+def postgres_database(stack: contextlib.ExitStack) -> str | None:
+    """A database on a PostgreSQL cluster started for this run, or ``None`` where none can start.
 
-    The PostgreSQL half of this benchmark (a cluster started for it, the
-    store on it) goes here.
+    The cluster is the tests' throwaway one (``tests/_pg.py``: ``initdb`` in a
+    temporary folder, a unix socket, as ``nobody`` when run as root), with the
+    server's own durability settings (``fsync``, ``synchronous_commit`` on);
+    ``stack`` stops it.
     """
-    return None
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+    import _pg
+
+    reason = _pg.missing()
+    if reason is not None:
+        print(f"postgres: not measured: {reason}")
+        return None
+    return stack.enter_context(_pg.running_cluster(fsync=True)).create_database()
+
+
+async def postgres_store(conninfo: str) -> JournalStore:
+    from toolexec.durable import PostgresStore
+
+    return PostgresStore(conninfo)
 
 
 async def batch_time(executor: ToolExecutor, tool: str, n: int) -> float:
@@ -94,11 +118,13 @@ async def batch_time(executor: ToolExecutor, tool: str, n: int) -> float:
     return time.perf_counter() - start
 
 
-async def compare(store: JournalStore, tool: str, n: int, rounds: int) -> tuple[float, float]:
+async def compare(
+    store: JournalStore, tool: str, n: int, rounds: int, lease: float | None = None
+) -> tuple[float, float]:
     """Median seconds per batch: (no journal, journal), measured interleaved."""
     reg = registry()
     plain = ToolExecutor(reg)
-    journal = await Journal.open(store, f"bench-{next(_ids)}")
+    journal = await Journal.open(store, f"bench-{next(_ids)}", lease=lease)
     durable = ToolExecutor(reg, journal=journal)
     for _ in range(2):  # warm up both (the store's file and connection, the caches)
         await batch_time(plain, tool, n)
@@ -112,7 +138,10 @@ async def compare(store: JournalStore, tool: str, n: int, rounds: int) -> tuple[
 
 
 async def run_store(
-    name: str, open_store: Callable[[], Awaitable[JournalStore]], rounds: int
+    name: str,
+    open_store: Callable[[], Awaitable[JournalStore]],
+    rounds: int,
+    lease: float | None = None,
 ) -> bool:
     store = await open_store()
     met = True
@@ -124,7 +153,7 @@ async def run_store(
                 if n < 100 or tool.endswith("noop") or tool.startswith("read")
                 else max(3, rounds // 3)
             )
-            bare, kept = await compare(store, tool, n, r)
+            bare, kept = await compare(store, tool, n, r, lease)
             ratio = kept / bare
             target = ""
             if n == 100 and tool.endswith("_io") and name in TARGETS:
@@ -144,7 +173,7 @@ async def main(quick: bool, full: bool) -> int:
     rounds = 3 if quick else 9
     print(f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs; {rounds} rounds")
     met = True
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as tmp, contextlib.ExitStack() as stack:
         where = Path(tmp)
 
         async def default() -> JournalStore:
@@ -153,21 +182,23 @@ async def main(quick: bool, full: bool) -> int:
         async def synced() -> JournalStore:
             return sqlite_store(where, "FULL")
 
-        stores: list[tuple[str, Callable[[], Awaitable[JournalStore]]]] = [("sqlite", default)]
+        stores: list[tuple[str, Callable[[], Awaitable[JournalStore]], float | None]] = [
+            ("sqlite", default, None)
+        ]
         if full:
-            stores.append(("sqlite-full", synced))
-        pg = postgres_store(where)
-        if pg is not None:
-
-            async def postgres() -> JournalStore:
-                assert pg is not None
-                return pg
-
-            stores.append(("postgres", postgres))
-        else:
-            print("postgres: no store opened here (postgres_store returned None)")
-        for name, opener in stores:
-            met = await run_store(name, opener, rounds) and met
+            stores.append(("sqlite-full", synced, None))
+        conninfo = postgres_database(stack)
+        if conninfo is not None:
+            stores += [
+                ("postgres", functools.partial(postgres_store, conninfo), None),
+                # As several hosts run it: every call claimed under a lease.
+                ("postgres-leased", functools.partial(postgres_store, conninfo), 30.0),
+                # A commit that survives any crash of a host, as SQLite's
+                # NORMAL does, but not a crash of the database server.
+                ("postgres-async", functools.partial(postgres_store, conninfo + ASYNC), None),
+            ]
+        for name, opener, lease in stores:
+            met = await run_store(name, opener, rounds, lease) and met
     print(f"\nload average {os.getloadavg()[0]:.2f}")
     return 0 if met else 1
 
