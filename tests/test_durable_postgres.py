@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -348,3 +349,17 @@ async def test_a_command_line_names_a_postgresql_journal_by_url_or_conninfo(
     assert json.loads(got.answer)["by"] == "ann"
     for store in (by_conninfo, by_url):
         await store.aclose()
+
+
+def test_the_docs_example_of_two_hosts_prints_what_the_page_shows(
+    pg_dsn: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """docs/durable.md's "Several hosts" example, run against the test cluster."""
+    page = (Path(__file__).parent.parent / "docs" / "durable.md").read_text()
+    section = page.split("## Several hosts", 1)[1].split("\n## ", 1)[0]
+    program = re.search(r"```python\n(.*?)```", section, flags=re.DOTALL)
+    shown = re.search(r"```text\n(.*?)```", section, flags=re.DOTALL)
+    assert program is not None
+    assert shown is not None
+    exec(compile(program[1], "durable.md", "exec"), {"conninfo": pg_dsn})
+    assert capsys.readouterr().out == shown[1]
