@@ -5,19 +5,24 @@ Theory of operation.
 *Group commit.* A commit that must be on disk costs a flush of the
 server's log, milliseconds, so the store never commits once per call. Every
 method queues an operation; the first caller to find no flush in progress
-becomes the flusher: it takes everything queued and applies it in one
-transaction on a worker thread (``trio.to_thread``; psycopg's own async
-side is asyncio-only), then wakes the callers whose operations that flush
-carried. Calls that finish together share one commit, however many there
-are; one caller alone pays one commit, as it would anyway.
+becomes the flusher: it lets the tasks that are ready run first (so that
+calls starting or finishing together queue theirs too), takes everything
+queued and applies it in one transaction on a worker thread
+(``trio.to_thread``; psycopg's own async side is asyncio-only), then wakes
+the callers whose operations that flush carried. One caller alone pays one
+commit, as it would anyway. The statements travel pipelined, BEGIN and
+COMMIT with them: a flush costs the server one round trip, or two when it
+carries claims.
 
-*No deadlock between hosts.* A flush takes every row lock it needs in one
-statement, in key order: it inserts a placeholder row for any key it does
-not find and returns the current row of each (``INSERT ... ON CONFLICT DO
-UPDATE ... RETURNING``, sorted). Every later statement of the transaction
-touches only rows it already holds. Two hosts that lock in the same order
-cannot wait on each other in a cycle. Renewals and answers run in
-transactions of their own, locking in key order too.
+*No deadlock between hosts.* A flush applies its records in rounds, a key
+at most once a round (a second record for a key waits for the next round;
+most flushes are one round). A round takes all its row locks in one
+statement, in key order: a round of writes is one sorted upsert; a round
+with claims first inserts a placeholder for any key it does not find and
+returns the current row of each (``INSERT ... ON CONFLICT DO UPDATE ...
+RETURNING``, sorted), and its later statement touches only rows it holds.
+Two hosts that lock in the same order cannot wait on each other in a cycle.
+Renewals and answers run in transactions of their own, in key order too.
 
 *Claims.* ``claim`` decides with ``claimable`` (the one rule, in
 ``_core._journal``) on the locked row, so no other host can change it
