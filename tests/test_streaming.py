@@ -269,6 +269,26 @@ async def test_cancelling_a_streamed_batch_answers_every_call_added(
         batch.add(ToolCall("3", "get", {"key": "a"}))
 
 
+async def test_cancelling_a_streamed_batch_while_a_worker_waits_for_calls_leaves_nothing(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """A cancel that lands while the run's workers wait for the model's next call
+    (one call blocked, a spare waiting) answers the call ``cancelled``, the batch
+    stays refusing calls, and no task of the batch is left."""
+    executor = ToolExecutor(_store_registry({}, []))
+    batch = executor.open_batch()
+    before = trio.lowlevel.current_statistics().tasks_living
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(batch.run)
+        batch.add(ToolCall("1", "get", {"key": "a", "wait": 10}))
+        await trio.testing.wait_all_tasks_blocked()
+        batch.cancel()
+    assert trio.lowlevel.current_statistics().tasks_living == before
+    with pytest.raises(RuntimeError, match="closed or has finished"):
+        batch.add(ToolCall("2", "get", {"key": "a"}))
+    assert executor.statistics().calls_in_flight == 0
+
+
 async def test_add_or_close_from_another_thread_is_refused_and_the_batch_goes_on(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
