@@ -53,6 +53,10 @@ import attrs
 import trio
 
 from .._core._journal import CallKey, CallRecord, Phase, claimable
+from ._rows import COLUMNS as _COLUMNS
+from ._rows import key_of as _key
+from ._rows import record_of as _record
+from ._rows import row_of as _row
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -62,10 +66,6 @@ if TYPE_CHECKING:
 __all__ = ["PostgresStore"]
 
 _KEY_COLUMNS = ("session", "agent_path", "batch", "call_id")
-_COLUMNS = (
-    "session, agent_path, batch, call_id, phase, idx, tool, arguments, grant_json, rerun,"
-    " attempt, lease_owner, lease_until, result, question, deadline, answer"
-)
 
 _SCHEMA = """
 SELECT pg_advisory_xact_lock(hashtext('toolexec_calls'));
@@ -445,45 +445,3 @@ def _read(name: str, *params: str) -> _Op:
 def _columns(rows: Sequence[Sequence[Any]], width: int) -> list[list[Any]]:
     """Rows as columns, one array parameter per column (for ``unnest``)."""
     return [[row[i] for row in rows] for i in range(width)]
-
-
-def _key(key: CallKey) -> tuple[str, str, str, str]:
-    return (key.session, key.agent_path, key.batch, key.call_id)
-
-
-def _row(r: CallRecord, now: float) -> tuple[Any, ...]:
-    """A record as ``_ROWS`` takes it: its lease end less ``now`` (0: as it is)."""
-    return (
-        *_key(r.key),
-        int(r.phase),
-        r.index,
-        r.tool,
-        r.arguments,
-        r.grant,
-        r.rerun,
-        r.attempt,
-        r.lease_owner,
-        None if r.lease_until is None else r.lease_until - now,
-        r.result,
-        r.question,
-        r.deadline,
-    )
-
-
-def _record(row: Sequence[Any]) -> CallRecord:
-    return CallRecord(
-        key=CallKey(*row[:4]),
-        phase=Phase(row[4]),
-        index=row[5],
-        tool=row[6],
-        arguments=row[7],
-        grant=row[8],
-        rerun=bool(row[9]),
-        attempt=row[10],
-        lease_owner=row[11],
-        lease_until=row[12],
-        result=row[13],
-        question=row[14],
-        deadline=row[15],
-        answer=row[16],
-    )

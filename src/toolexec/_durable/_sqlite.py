@@ -24,6 +24,10 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import trio
 
 from .._core._journal import CallKey, CallRecord, Phase, claimable
+from ._rows import COLUMNS as _COLUMNS
+from ._rows import key_of as _key
+from ._rows import record_of as _record
+from ._rows import row_of as _row
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -33,10 +37,6 @@ __all__ = ["SQLiteStore"]
 
 T = TypeVar("T")
 
-_COLUMNS = (
-    "session, agent_path, batch, call_id, phase, idx, tool, arguments, grant_json, rerun,"
-    " attempt, lease_owner, lease_until, result, question, deadline, answer"
-)
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS toolexec_calls (
@@ -229,44 +229,3 @@ class SQLiteStore:
         if self._db is not None:
             self._db.close()
             self._db = None
-
-
-def _key(key: CallKey) -> tuple[str, str, str, str]:
-    return (key.session, key.agent_path, key.batch, key.call_id)
-
-
-def _row(r: CallRecord) -> tuple[Any, ...]:
-    return (
-        *_key(r.key),
-        int(r.phase),
-        r.index,
-        r.tool,
-        r.arguments,
-        r.grant,
-        int(r.rerun),
-        r.attempt,
-        r.lease_owner,
-        r.lease_until,
-        r.result,
-        r.question,
-        r.deadline,
-    )
-
-
-def _record(row: tuple[Any, ...]) -> CallRecord:
-    return CallRecord(
-        key=CallKey(*row[:4]),
-        phase=Phase(row[4]),
-        index=row[5],
-        tool=row[6],
-        arguments=row[7],
-        grant=row[8],
-        rerun=bool(row[9]),
-        attempt=row[10],
-        lease_owner=row[11],
-        lease_until=row[12],
-        result=row[13],
-        question=row[14],
-        deadline=row[15],
-        answer=row[16],
-    )
