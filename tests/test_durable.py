@@ -346,6 +346,24 @@ async def test_a_sub_agent_resumes_without_repeating_its_writes(tmp_path: Path) 
     assert outcome.results[0].text == "done"
 
 
+async def test_a_session_resumes_from_its_records_alone(tmp_path: Path) -> None:
+    world = World()
+    calls = [ToolCall("w1", "append", {"line": "x"}), ToolCall("r1", "read", {"key": "a"})]
+    done = [ToolCall("w0", "append", {"line": "before"})]
+    executor = ToolExecutor(make_registry(world), journal=await journal_at(tmp_path / "j.db"))
+    await executor.execute_batch(done)
+    await crash_during(executor, world, calls)
+    resumed = ToolExecutor(make_registry(world), journal=await journal_at(tmp_path / "j.db"))
+    (outcome,) = await resumed.resume_session()  # the finished batch is left alone
+    w1, r1 = outcome.results
+    assert w1.details == {"interrupted": True}
+    assert r1.text == "value of a"
+    assert world.effects == ["append before", "append x", "read a"]
+    assert await resumed.resume_session() == []
+    with pytest.raises(RuntimeError, match="journal"):
+        await ToolExecutor(make_registry(world)).resume_session()
+
+
 async def test_a_streamed_batch_is_refused_with_a_journal(tmp_path: Path) -> None:
     executor = ToolExecutor(make_registry(World()), journal=await journal_at(tmp_path / "j.db"))
     with pytest.raises(ValueError, match="streamed batch"):
@@ -518,3 +536,162 @@ async def test_records_written_directly_drive_the_resume(tmp_path: Path) -> None
     outcome = await executor.execute_batch([ToolCall("w", "append", {"line": "x"})], batch_key="b")
     assert outcome.results[0].details == {"interrupted": True}
     assert world.effects == []
+
+
+# -- several owners, backends, broken parts ---------------------------------------------
+
+
+async def wait_for(predicate: Any) -> None:
+    """Wait until ``await predicate()`` is true (the store is polled, as a host would)."""
+    while not await predicate():
+        await trio.sleep(0.01)
+
+
+async def test_a_call_leased_by_another_owner_is_waited_for_then_replayed(tmp_path: Path) -> None:
+    world = World()
+    calls = [ToolCall("w", "append", {"line": "x"})]
+    first = ToolExecutor(
+        make_registry(world),
+        journal=await journal_at(tmp_path / "j.db", lease=0.3, poll_interval=0.01),
+    )
+    second = ToolExecutor(
+        make_registry(world),
+        journal=await journal_at(tmp_path / "j.db", lease=0.3, poll_interval=0.01),
+    )
+    store = SQLiteStore(tmp_path / "j.db")
+    key = CallKey("s1", "root", "b", "w")
+    world.hold = trio.Event()
+    outcomes: list[Any] = []
+
+    async def run(executor: ToolExecutor) -> None:
+        outcomes.append(await executor.execute_batch(calls, batch_key="b"))
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(run, first)
+        await world.entered.wait()
+        claimed = await store.get(key)
+        assert claimed is not None
+        assert claimed.lease_until is not None
+        nursery.start_soon(run, second)  # it finds the call leased, and waits
+
+        async def renewed() -> bool:
+            now = await store.get(key)
+            return (
+                now is not None
+                and now.lease_until is not None
+                and (
+                    now.lease_until > claimed.lease_until  # type: ignore[operator]
+                )
+            )
+
+        await wait_for(renewed)  # the running owner keeps its lease live
+        assert world.hold is not None
+        world.hold.set()
+    assert world.effects == ["append x"]
+    ran, waited = outcomes
+    assert ran.results[0].text == "appended x"
+    assert waited.results[0].text == "appended x"
+    assert waited.results[0].details == {"replayed": True}
+    await store.aclose()
+
+
+async def test_a_lease_that_expires_without_a_result_means_interrupted(tmp_path: Path) -> None:
+    store = SQLiteStore(tmp_path / "j.db")
+    key = CallKey("s1", "root", "b", "w")
+    dead = CallRecord(
+        key=key, tool="append", phase=Phase.STARTED, attempt=1, lease_owner="dead", lease_until=0.0
+    )
+    await store.write([dead])
+    journal = await journal_at(tmp_path / "j.db", lease=30, poll_interval=0.01)
+    # The lease is still live when the call is planned, and ends while it waits.
+    journal.keep(attrs.evolve(dead, lease_until=1e18))
+    await store.write([attrs.evolve(dead, lease_until=0.0)])
+    world = World()
+    executor = ToolExecutor(make_registry(world), journal=journal)
+    outcome = await executor.execute_batch([ToolCall("w", "append", {"line": "x"})], batch_key="b")
+    assert outcome.results[0].details == {"interrupted": True}
+    assert world.effects == []
+    await store.aclose()
+
+
+async def test_a_claimed_call_runs_on_the_backend_its_grant_names(tmp_path: Path) -> None:
+    from toolexec import Allow
+    from toolexec.policy import ExecutionGrant
+
+    ran_on: list[str] = []
+
+    @attrs.frozen
+    class Recording:
+        async def run(self, tool: Any, arguments: Mapping[str, Any], ctx: ToolContext) -> Any:
+            ran_on.append(ctx.call_id)
+            return await tool.execute(arguments, ctx)
+
+    @attrs.frozen
+    class ToRecording:
+        def decide(self, definition: Any, arguments: Any, agent_path: str) -> Allow:
+            return Allow(ExecutionGrant(sandbox="rec"))
+
+    world = World()
+    executor = ToolExecutor(
+        make_registry(world),
+        policy=ToRecording(),
+        backends={"rec": Recording()},
+        journal=await journal_at(tmp_path / "j.db"),
+    )
+    outcome = await executor.execute_batch([ToolCall("w", "append", {"line": "x"})])
+    assert outcome.results[0].text == "appended x"
+    assert ran_on == ["w"]
+    (record,) = (await journal_at(tmp_path / "j.db")).records()
+    assert json.loads(record.grant or "")["sandbox"] == "rec"
+
+
+async def test_a_broken_approver_still_refuses_with_a_journal(tmp_path: Path) -> None:
+    @attrs.frozen
+    class Broken:
+        async def request(self, request: object) -> object:
+            return "yes"
+
+    world = World()
+    executor = asking(world, await journal_at(tmp_path / "j.db"), approver=Broken())
+    result = await executor.execute_call(ToolCall("w", "append", {"line": "x"}))
+    assert result.error_class is ErrorClass.PERMISSION_DENIED
+    assert world.effects == []
+
+
+async def test_a_failed_write_leaves_the_store_as_it_was(tmp_path: Path) -> None:
+    store = SQLiteStore(tmp_path / "j.db")
+    good = CallRecord(key=CallKey("s1", "root", "b", "ok"), tool="t")
+    bad = CallRecord(key=CallKey("s1", "root", "b", "bad"), tool=None)  # type: ignore[arg-type]
+    with pytest.raises(Exception, match="NOT NULL"):
+        await store.write([good, bad])
+    with pytest.raises(Exception, match="NOT NULL"):
+        await store.claim(bad, 0.0)
+    assert await store.load("s1") == []
+    await store.aclose()
+
+
+def test_the_question_commands_in_this_process(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from toolexec._cli._main import main
+
+    path = str(tmp_path / "j.db")
+    asked = CallRecord(
+        key=CallKey("s1", "root", "b", "w"),
+        tool="append",
+        question=json.dumps({"summary": "root: append [write] {}", "tool_name": "append"}),
+        deadline=1.0,
+    )
+    store = SQLiteStore(path)
+    trio.run(store.write, [asked])
+    assert main(["questions", path, "--session", "s1"]) == 0
+    listed = capsys.readouterr().out
+    assert listed == f"{asked.question_id}  root: append [write] {{}} (timed out)\n"
+    assert main(["approve", path, asked.question_id, "--by", "me"]) == 0
+    assert capsys.readouterr().out == f"approved {asked.question_id}\n"
+    with pytest.raises(SystemExit) as exit_:
+        main(["deny", path, asked.question_id])
+    assert exit_.value.code == 2
+    with pytest.raises(SystemExit):
+        main(["questions", str(tmp_path / "missing.db")])
+    trio.run(store.aclose)

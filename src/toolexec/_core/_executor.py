@@ -418,6 +418,27 @@ class ToolExecutor:
             await self.journal.ready()
         return await self.prepare(calls, batch_key=batch_key).run(steering=steering)
 
+    async def resume_session(self) -> list[BatchOutcome]:
+        """Run again every batch of the journal's session that has a call without a result.
+
+        Each batch is rebuilt from its records (its calls, in order, under
+        its batch key) and resumes as a re-submitted batch would
+        (docs/durable.md): finished calls replayed, the others by the resume
+        rules. Batches run one after another, in the order of their keys.
+        A batch whose plan never reached the store is not known: its host
+        submits it again.
+
+        Raises:
+            RuntimeError: the executor has no journal.
+        """
+        if self.journal is None:
+            raise RuntimeError("resume_session needs an executor with a journal (journal=...)")
+        await self.journal.ready()
+        return [
+            await self.execute_batch(calls, batch_key=key)
+            for key, calls in self.journal.unfinished()
+        ]
+
     async def execute_call(self, call: ToolCall) -> ToolResult:
         """Run one call as a batch of its own; return its result.
 

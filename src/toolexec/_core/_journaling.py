@@ -49,7 +49,7 @@ from . import _messages as say
 from ._errors import ToolError
 from ._journal import CallKey, CallRecord, JournalStore, Phase, result_from_json, result_to_json
 from ._lifecycle import State, error_result
-from ._types import ErrorClass, RoutingClass
+from ._types import ErrorClass, RoutingClass, ToolCall
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -58,7 +58,7 @@ if TYPE_CHECKING:
     from ._backend import Backend
     from ._lifecycle import CallSlot
     from ._tool_protocol import Tool, ToolContext
-    from ._types import ToolCall, ToolOutput, ToolResult
+    from ._types import ToolOutput, ToolResult
 
 __all__ = ["BatchJournal", "ClaimFirst", "Journal", "batch_key_of"]
 
@@ -169,6 +169,23 @@ class Journal:
         """Remember ``record`` as the latest known."""
         self._records.by_key[record.key] = record
 
+    def unfinished(self) -> list[tuple[str, list[ToolCall]]]:
+        """The batches of this scope with a call that has no result: ``(batch key, calls)``.
+
+        Each batch's calls are rebuilt from their records, in call order, by
+        batch key order (``ToolExecutor.resume_session`` runs them).
+        """
+        batches: dict[str, list[CallRecord]] = {}
+        for record in self._records.by_key.values():
+            if record.key.agent_path == self.scope:
+                batches.setdefault(record.key.batch, []).append(record)
+        out = []
+        for key, records in sorted(batches.items()):
+            if any(r.phase is not Phase.FINISHED for r in records):
+                records.sort(key=lambda r: r.index)
+                out.append((key, [ToolCall(r.key.call_id, r.tool, r.arguments) for r in records]))
+        return out
+
 
 def batch_key_of(calls: Sequence[ToolCall]) -> str:
     """The journal key of a batch the host named none for: a digest of its call ids."""
@@ -257,15 +274,15 @@ class BatchJournal:
     # -- 2. start -----------------------------------------------------------------
 
     async def claim(self, call_id: str) -> None:
-        """Make the kept results durable, then claim the call; raise ``ToolError`` if refused.
+        """Make the kept records durable, then claim the call; raise ``ToolError`` if refused.
 
         A call another host holds under a live lease is waited for; one
         that finished there is answered with its result, one that started
         and may not run again, as interrupted (``concluded`` swaps them in).
         """
         j = self._journal
-        if any(r.phase is Phase.FINISHED for r in self._kept.values()):
-            await self.flush()  # the results so far, before anything else can happen
+        if self._kept:  # the batch's plan and results so far, before anything can happen
+            await self.flush()
         while True:
             known = self._mine[call_id]
             now = time.time()
