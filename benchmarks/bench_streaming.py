@@ -9,13 +9,14 @@ second), for read-only calls of a tool that waits 50 ms (so later calls
 arrive while earlier ones run). For every call it records the time from
 feeding the event that completes it (its ``content_block_stop``: the last
 byte the model streamed for it) to the tool's first line, and prints the
-median and the 90th percentile against the target (median <= 100 us), with
-the load average. The gap before an event is slept *before* the event is
-timed, so it never counts. Alongside, the same stream is replayed through a
-naive floor: at each call's last event, parse its JSON and start a task for
-the tool (``nursery.start_soon``), which is one scheduling round, the least
-any design that runs a tool in its own task can take, plus the parse. A
-third replay shows what this machine charges for the least work at all: a
+median and the 90th percentile, with the load average, and the ratio of
+toolexec's median to the floor's (target: at most 1.2x; the last line
+prints it for scripts). The gap before an event is slept *before* the
+event is timed, so it never counts. Alongside, the same stream is replayed
+through a naive floor: at each call's last event, parse its JSON and start
+a task for the tool (``nursery.start_soon``), which is one scheduling
+round, the least any design that runs a tool in its own task can take,
+plus the parse. A third replay shows what this machine charges for the least work at all: a
 task per call started ahead of time waits on an event, set at the call's
 last event, and records when it wakes (no parsing, no planning, no task
 start: one wake-up and one scheduling pass). It is the bound below which
@@ -44,7 +45,7 @@ import trio
 from toolexec import SideEffects, ToolExecutor, ToolRegistry, function_tool
 from toolexec.streams import AnthropicFeed
 
-TARGET_US = 100.0
+TARGET_RATIO = 1.2  # toolexec median <= 1.2x the parse-and-start floor's, gaps of 2-30 ms
 CALLS_PER_STREAM = 12
 STARTED: dict[str, float] = {}
 
@@ -173,18 +174,20 @@ def report(delays: list[float], floor: list[float], wake: list[float], *, target
         us = sorted(d * 1e6 for d in samples)
         median = statistics.median(us)
         p90 = us[int(len(us) * 0.9)]
-        verdict = "met" if median <= TARGET_US else "MISSED"
-        shown = (
-            f"  (target median <= {TARGET_US:.0f} us: {verdict})"
-            if label == "toolexec" and target
-            else ""
-        )
         until = "task wakes" if label == "wake" else "tool start"
         print(
             f"  {label:<8} last streamed byte -> {until}, {len(us)} calls: median"
-            f" {median:.0f} us, p90 {p90:.0f} us, max {us[-1]:.0f} us{shown}"
+            f" {median:.0f} us, p90 {p90:.0f} us, max {us[-1]:.0f} us"
         )
-    print(f"  ratio of medians: {statistics.median(delays) / statistics.median(floor):.2f}x")
+    measured = ratio(delays, floor)
+    verdict = "met" if measured <= TARGET_RATIO else "MISSED"
+    shown = f"  (target <= {TARGET_RATIO:g}x: {verdict})" if target else ""
+    print(f"  ratio of medians: {measured:.2f}x{shown}")
+
+
+def ratio(delays: list[float], floor: list[float]) -> float:
+    """toolexec's median over the parse-and-start floor's, from the same replays."""
+    return statistics.median(delays) / statistics.median(floor)
 
 
 def load() -> str:
@@ -201,6 +204,7 @@ async def main(streams: int) -> None:
         f"python {sys.version.split()[0]}, trio {trio.__version__}; load average before: {load()}"
     )
     await replay(executor, -1, rng)  # warm up
+    measured = 0.0
     for label, gaps in (("gaps of 2-30 ms", GAPS), ("no gaps, for reference", (0.0, 0.0))):
         delays: list[float] = []
         floor: list[float] = []
@@ -211,7 +215,11 @@ async def main(streams: int) -> None:
             wake += await replay_wake(stream, rng, gaps)
         print(f"{label}:")
         report(delays, floor, wake, target=gaps == GAPS)
+        if gaps == GAPS:
+            measured = ratio(delays, floor)
     print(f"load average after: {load()}")
+    # For scripts: the issue's figure, with real gaps (target <= 1.2x).
+    print(f"streamed admission vs floor: {measured:.2f}x")
 
 
 if __name__ == "__main__":
