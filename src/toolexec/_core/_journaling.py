@@ -301,7 +301,10 @@ class BatchJournal:
                 self._swaps[call_id] = result_from_json(stored.result, replayed=True)
                 raise ToolError(say.finished_elsewhere(stored.tool))
             if self._leased_elsewhere(stored, now):
-                await trio.sleep(j.poll_interval)  # running on another host: wait for it
+                # Running on another host: wait for it. Our own results so far
+                # go first, for that host may be waiting for one of them.
+                await self.flush()
+                await trio.sleep(j.poll_interval)
             elif stored.phase is Phase.STARTED and not stored.rerun:
                 raise ToolError(say.interrupted(stored.tool), details={"interrupted": True})
 
