@@ -24,7 +24,7 @@ import os
 import random
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import trio
 
@@ -40,7 +40,10 @@ from toolexec import (
 from toolexec.approval import ApprovalConfig, ApprovalMode
 from toolexec.durable import Journal, answer_question, open_store, pending_questions
 from toolexec.events import ApprovalRequested, CallbackSink, Event
-from toolexec.testing import ScriptedModel
+from toolexec.models import Message, ModelResponse
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
 
 SESSION = "chaos"
 KINDS = ("read", "append", "upsert", "helper", "guarded")
@@ -109,8 +112,8 @@ def registry(markers: Path) -> ToolRegistry:
         say(f"wrote {ctx.call_id}")
         return f"set {key}"
 
-    def child() -> ScriptedModel:
-        return ScriptedModel([_child_step("a"), _child_step("b"), "done"])
+    def child() -> ChildModel:
+        return ChildModel()
 
     reg = ToolRegistry()
     for tool in (read, append, guarded, upsert):
@@ -119,13 +122,22 @@ def registry(markers: Path) -> ToolRegistry:
     return reg
 
 
-def _child_step(suffix: str) -> Any:
-    def step(messages: Any) -> ToolCall:
-        task = str(messages[1].text)  # the parent's task: its call id
-        say(f"child {task}-{suffix}")
-        return ToolCall(f"{task}-{suffix}", "append", {"key": f"{task}-{suffix}"})
+class ChildModel:
+    """A sub-agent's model: a function of the conversation, as an LLM is.
 
-    return step
+    It appends ``TASK-a``, then ``TASK-b``, then answers ``done``; where it
+    is in that script, it reads from the results it was shown.
+    """
+
+    async def respond(self, messages: Sequence[Message], tools: Any) -> ModelResponse:
+        task = str(messages[1].text)  # the parent's task: its call id
+        answered = sum(1 for m in messages if m.role == "tool")
+        if answered >= 2:
+            return ModelResponse(text="done")
+        suffix = "ab"[answered]
+        say(f"child {task}-{suffix}")
+        call = ToolCall(f"{task}-{suffix}", "append", {"key": f"{task}-{suffix}"})
+        return ModelResponse(tool_calls=(call,))
 
 
 async def answerer(store: Any) -> None:

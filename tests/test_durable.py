@@ -165,6 +165,11 @@ async def test_every_call_is_recorded_with_its_plan_and_result(tmp_path: Path) -
     assert sorted(records) == ["c1", "c2", "c3", "c4", "c5"]
     for i, call in enumerate(CALLS):
         record = records[call.id]
+        times = json.loads(record.result or "")["times"]
+        if call.name == "missing":  # answered at plan time: it never started
+            assert times["started"] is None
+        else:
+            assert times["planned"] <= times["started"] <= times["finished"]
         assert record.key == CallKey("s1", "root", "turn-1", call.id)
         assert (record.index, record.tool, record.phase) == (i, call.name, Phase.FINISHED)
         assert json.loads(record.arguments) == call.arguments
@@ -502,7 +507,9 @@ async def test_the_local_approver_answers_into_the_journal(tmp_path: Path) -> No
     executor = asking(world, journal, approver=AutoApprover(by="bot"))
     await executor.execute_call(ToolCall("w", "append", {"line": "x"}))
     (record,) = await store.load("s1")
-    assert json.loads(record.answer or "") == {"approved": True, "by": "bot", "reason": ""}
+    answer = json.loads(record.answer or "")
+    assert answer.pop("at") > 0
+    assert answer == {"approved": True, "by": "bot", "reason": ""}
     assert world.effects == ["append x"]
 
 

@@ -221,6 +221,8 @@ def begin(slot: CallSlot, report: Reporter) -> float:
     if slot.state is State.QUEUED:
         slot.advance(State.ADMITTING)
     slot.advance(State.RUNNING)
+    if report.journal is not None:
+        report.journal.started(slot)
     if report.sinks:
         report.call_event(CallStarted, slot.call, routing=slot.routing)
     return trio.current_time()

@@ -183,14 +183,18 @@ def claimable(stored: CallRecord, owner: str | None, now: float) -> bool:
 # -- results as JSON ------------------------------------------------------------
 
 
-def result_to_json(result: ToolResult) -> str:
+def result_to_json(result: ToolResult, **more: Any) -> str:
     """A result as JSON text, for ``result_from_json`` to give back unchanged.
 
     Details must be JSON values to come back identical (a tuple comes
-    back a list; anything else JSON cannot hold, as its text).
+    back a list; anything else JSON cannot hold, as its text). ``more``:
+    keys kept beside the result for readers of the journal (the lifecycle
+    adds ``times``: when the call was planned, started and finished, in
+    seconds since the epoch); ``result_from_json`` ignores them.
     """
     return json.dumps(
         {
+            **more,
             "call_id": result.call_id,
             "tool_name": result.tool_name,
             "content": [_block_to_json(b) for b in result.content],

@@ -196,11 +196,13 @@ def batch_key_of(calls: Sequence[ToolCall]) -> str:
 class BatchJournal:
     """One batch's records: kept as its calls go, written at its durability points."""
 
-    __slots__ = ("_journal", "_kept", "_mine", "_swaps", "key")
+    __slots__ = ("_journal", "_kept", "_mine", "_planned_at", "_started", "_swaps", "key")
 
     def __init__(self, journal: Journal, key: str) -> None:
         self._journal = journal
         self.key = key
+        self._planned_at = time.time()
+        self._started: dict[str, float] = {}  # when each call's tool started
         self._mine: dict[str, CallRecord] = {}  # this batch's records, by call id
         self._kept: dict[str, CallRecord] = {}  # those not written yet
         self._swaps: dict[str, ToolResult] = {}
@@ -250,7 +252,7 @@ class BatchJournal:
         )
         if slot.state is State.DONE:
             assert slot.result is not None
-            record = _finished(record, result_to_json(slot.result))
+            record = _finished(record, self._result_json(slot.call.id, slot.result))
         elif not record.rerun or self._journal.lease is not None:
             slot.backend = ClaimFirst(self, slot.backend)
         self._keep(record)
@@ -269,9 +271,18 @@ class BatchJournal:
     def _finish_interrupted(self, slot: CallSlot, known: CallRecord) -> None:
         result = interrupted(slot)
         slot.finish(result)
-        self._keep(_finished(known, result_to_json(result)))
+        self._keep(_finished(known, self._result_json(slot.call.id, result)))
 
     # -- 2. start -----------------------------------------------------------------
+
+    def started(self, slot: CallSlot) -> None:
+        """Note when the call's tool started (``_call.begin``), for its record's ``times``.
+
+        The start of a call that could change something is recorded
+        durably by its claim; any other may run again whatever happens to
+        it, so its start needs no record of its own.
+        """
+        self._started[slot.call.id] = time.time()
 
     async def claim(self, call_id: str) -> None:
         """Make the kept records durable, then claim the call; raise ``ToolError`` if refused.
@@ -324,8 +335,14 @@ class BatchJournal:
         swap = self._swaps.pop(call_id, None)
         if swap is not None:
             return swap
-        self._keep(_finished(self._mine[call_id], result_to_json(result)))
+        self._keep(_finished(self._mine[call_id], self._result_json(call_id, result)))
         return result
+
+    def _result_json(self, call_id: str, result: ToolResult) -> str:
+        """The result's JSON, with when the call was planned, started and finished."""
+        started = self._started.pop(call_id, None)
+        times = {"planned": self._planned_at, "started": started, "finished": time.time()}
+        return result_to_json(result, times=times)
 
     async def flush(self) -> None:
         """Write every kept record, in one transaction (durable on return)."""
@@ -405,7 +422,7 @@ class _Waiting:
                 self._set(answer)
             return
         store = self.batch.journal.store
-        if not await store.answer(self.key, _json(attrs.asdict(answer))):
+        if not await store.answer(self.key, _json({**attrs.asdict(answer), "at": time.time()})):
             stored = await store.get(self.key)  # another process answered first
             if stored is not None and stored.answer is not None:
                 answer = _answer_of(stored.answer)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -88,7 +89,8 @@ async def answer_question(
     """
     for record in await store.questions():
         if record.question_id == question_id:
-            text = json.dumps({"approved": bool(approved), "by": by, "reason": reason})
+            answer = {"approved": bool(approved), "by": by, "reason": reason, "at": time.time()}
+            text = json.dumps(answer)
             return await store.answer(record.key, text)
     raise LookupError(f"no open question has the id {question_id!r} in {store!r}")
 
