@@ -702,3 +702,57 @@ def test_the_question_commands_in_this_process(
     with pytest.raises(SystemExit):
         main(["questions", str(tmp_path / "missing.db")])
     trio.run(store.aclose)
+
+
+# -- agent loops ----------------------------------------------------------------------
+
+
+async def test_a_loop_resumes_from_its_last_checkpoint(tmp_path: Path) -> None:
+    from toolexec import AgentLoop, StopReason
+
+    world = World()
+    first_model = ScriptedModel(
+        [
+            [ToolCall("t1", "append", {"line": "one"})],
+            [ToolCall("t2", "append", {"line": "two"}), ToolCall("t3", "read", {"key": "k"})],
+            "never asked",
+        ]
+    )
+    executor = ToolExecutor(make_registry(world), journal=await journal_at(tmp_path / "j.db"))
+    loop = AgentLoop(first_model, executor, system_prompt="Be brief.")
+    world.hold = trio.Event()
+    with trio.CancelScope() as scope:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(loop.run, "write twice")
+            await world.entered.wait()  # "one" is running
+            world.entered = trio.Event()
+            held, world.hold = world.hold, trio.Event()
+            held.set()
+            await world.entered.wait()  # "two" is running: the host dies
+            scope.cancel()
+    world.hold = None
+    # A new host: its model is asked only for what comes after the checkpoint.
+    second_model = ScriptedModel(["done"])
+    resumed = ToolExecutor(make_registry(world), journal=await journal_at(tmp_path / "j.db"))
+    result = await AgentLoop(second_model, resumed, system_prompt="Be brief.").run("write twice")
+    assert result.stop_reason is StopReason.FINISHED
+    assert result.text == "done"
+    assert (result.turns, result.tool_calls) == (3, 3)
+    assert len(second_model.requests) == 1
+    assert world.effects == ["append one", "append two", "read k"]  # nothing repeated
+    t2, t3 = result.transcript[-2].tool_results
+    assert t2.details == {"interrupted": True}
+    assert t3.text == "value of k"
+    # Stopped: run again, it answers from its checkpoint without asking anyone.
+    third = ToolExecutor(make_registry(world), journal=await journal_at(tmp_path / "j.db"))
+    again = await AgentLoop(ScriptedModel([]), third).run("write twice")
+    assert (again.text, again.transcript) == (result.text, result.transcript)
+
+
+async def test_loops_with_other_keys_keep_their_own_checkpoints(tmp_path: Path) -> None:
+    from toolexec import AgentLoop
+
+    executor = ToolExecutor(make_registry(World()), journal=await journal_at(tmp_path / "j.db"))
+    a = await AgentLoop(ScriptedModel(["a"]), executor, checkpoint_key="a").run("hi")
+    b = await AgentLoop(ScriptedModel(["b"]), executor, checkpoint_key="b").run("hi")
+    assert (a.text, b.text) == ("a", "b")

@@ -15,6 +15,13 @@ Cancellation from an enclosing trio scope (a parent's call timing out, the
 host cancelling a task) is never swallowed. Before it propagates, the batch
 in flight is cancelled in an orderly way, so every call still gets its
 ``cancelled`` result and event, and every task the batch started has ended.
+
+With a journal on the executor (docs/durable.md, "Agent loops"), the loop
+checkpoints its conversation twice a turn (``_checkpoint``): once the model
+has answered, and once the turn's results are in. A loop run again after a
+crash starts from its last checkpoint: a turn whose calls were asked for
+submits those same calls again, and the journal's resume rules decide what
+runs; a loop that had stopped gives its result again without asking.
 """
 
 from __future__ import annotations
@@ -22,16 +29,19 @@ from __future__ import annotations
 import enum
 import itertools
 import secrets
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from ._checkpoint import Checkpoint, load_checkpoint, save_checkpoint, transcript_calls
 from ._model import Message, Usage
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
+    from .._core._batch import BatchOutcome
     from .._core._executor import ToolExecutor
+    from .._core._types import ToolCall
     from ._model import Model, ModelResponse
 
 __all__ = ["AgentLoop", "AgentResult", "StopReason"]
@@ -95,6 +105,18 @@ def _new_loop_id() -> str:
     return f"loop-{_ID_PREFIX}{next(_loop_numbers):06x}"
 
 
+@attrs.define
+class _Progress:
+    """Where a loop is: its conversation, turns, calls, usage, last text, and why it stopped."""
+
+    messages: list[Message]
+    turn: int = 0
+    calls: int = 0
+    usage: Usage = attrs.field(factory=Usage)
+    text: str = ""
+    stop: str | None = None
+
+
 @attrs.define(eq=False)
 class AgentLoop:
     """Run a model against an executor until it answers without tool calls.
@@ -117,6 +139,10 @@ class AgentLoop:
             ``report_progress``). It must not block; exceptions propagate.
         loop_id: defaults to a fresh unique id; create one loop per run to
             keep ids distinct (``SubAgentTool`` does).
+        checkpoint_key: with a journal on the executor, the name of this
+            loop's checkpoint in the executor's scope of the session; a
+            loop run with the same key resumes from it (docs/durable.md).
+            A sub-agent's loop is in a scope of its own already.
     """
 
     model: Model
@@ -125,6 +151,7 @@ class AgentLoop:
     max_turns: int = attrs.field(default=20, validator=_positive)
     on_progress: Callable[[str], None] | None = None
     loop_id: str = attrs.field(factory=_new_loop_id)
+    checkpoint_key: str = "loop"
 
     async def run(self, prompt: str | Sequence[Message]) -> AgentResult:
         """Run turns until the model finishes, ``max_turns`` is reached, or a cancel.
@@ -142,46 +169,88 @@ class AgentLoop:
                 call in flight got its ``cancelled`` result).
             Exception: whatever the model raised.
         """
-        messages = self._opening(prompt)
+        at = await self._restore(prompt)
+        if at.stop is not None:  # it had stopped: the same result, without asking
+            return self._result(at, StopReason(at.stop))
         tools = self.executor.registry.definitions()
-        usage, calls, text = Usage(), 0, ""
         stop = StopReason.MAX_TURNS
-        turn = 0
-        while turn < self.max_turns:
-            turn += 1
-            response = await self.model.respond(tuple(messages), tools)
-            usage += response.usage
-            text = response.text
-            messages.append(
-                Message(
-                    "assistant",
-                    response.text,
-                    response.tool_calls,
-                    provider_blocks=response.provider_blocks,
-                )
-            )
-            self._report(turn, response)
-            if not response.tool_calls:
-                stop = StopReason.FINISHED
-                break
-            calls += len(response.tool_calls)
-            # In this task: on an outside cancel, Batch.run answers every
-            # unfinished call ``cancelled`` once its tasks have ended.
-            outcome = await self.executor.prepare(response.tool_calls).run()
-            messages.append(Message("tool", tool_results=outcome.results))
-            messages.extend(Message("user", m) for m in outcome.steering_messages)
+        # Calls asked for before a crash (a restored turn): submit them again.
+        pending = transcript_calls(at.messages) if at.turn else ()
+        while pending or at.turn < self.max_turns:
+            if not pending:
+                response = await self._ask(at, tools)
+                if not response.tool_calls:
+                    stop = StopReason.FINISHED
+                    break
+                pending = response.tool_calls
+                await self._save(at)
+            outcome = await self._run_calls(at, pending)
+            pending = ()
             if outcome.cancelled:
                 stop = StopReason.CANCELLED
                 break
+            await self._save(at)
+        if stop is not StopReason.CANCELLED:
+            await self._save(attrs.evolve(at, stop=stop.value))
+        return self._result(at, stop)
+
+    async def _ask(self, at: _Progress, tools: Sequence[Any]) -> ModelResponse:
+        """One model turn: its answer, appended to the conversation."""
+        at.turn += 1
+        response = await self.model.respond(tuple(at.messages), tools)
+        at.usage += response.usage
+        at.text = response.text
+        at.messages.append(
+            Message(
+                "assistant",
+                response.text,
+                response.tool_calls,
+                provider_blocks=response.provider_blocks,
+            )
+        )
+        self._report(at.turn, response)
+        at.calls += len(response.tool_calls)
+        return response
+
+    async def _run_calls(self, at: _Progress, calls: Sequence[ToolCall]) -> BatchOutcome:
+        """Run the turn's calls as one batch; append the results (and steering)."""
+        # In this task: on an outside cancel, Batch.run answers every
+        # unfinished call ``cancelled`` once its tasks have ended.
+        outcome = await self.executor.prepare(calls).run()
+        at.messages.append(Message("tool", tool_results=outcome.results))
+        at.messages.extend(Message("user", m) for m in outcome.steering_messages)
+        return outcome
+
+    async def _restore(self, prompt: str | Sequence[Message]) -> _Progress:
+        """Where the loop starts: its last checkpoint (with a journal), or the prompt."""
+        journal = self.executor.journal
+        if journal is not None:
+            await journal.ready()
+            saved = await load_checkpoint(journal, self.checkpoint_key)
+            if saved is not None:
+                text = next((m.text for m in reversed(saved.messages) if m.role == "assistant"), "")
+                return _Progress(
+                    list(saved.messages), saved.turn, saved.calls, saved.usage, text, saved.stop
+                )
+        return _Progress(self._opening(prompt))
+
+    async def _save(self, at: _Progress) -> None:
+        """Checkpoint the loop in the executor's journal, if it has one."""
+        journal = self.executor.journal
+        if journal is not None:
+            state = Checkpoint(tuple(at.messages), at.turn, at.calls, at.usage, at.stop)
+            await save_checkpoint(journal, self.checkpoint_key, state)
+
+    def _result(self, at: _Progress, stop: StopReason) -> AgentResult:
         return AgentResult(
             self.loop_id,
             self.executor.agent_path,
             stop,
-            text,
-            tuple(messages),
-            usage,
-            turn,
-            calls,
+            at.text,
+            tuple(at.messages),
+            at.usage,
+            at.turn,
+            at.calls,
         )
 
     def _opening(self, prompt: str | Sequence[Message]) -> list[Message]:
