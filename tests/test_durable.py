@@ -199,12 +199,25 @@ async def test_a_batch_submitted_again_is_replayed_identically(tmp_path: Path) -
     assert again.plan.runs == ()
 
 
-async def crash_during(executor: ToolExecutor, world: World, calls: list[ToolCall]) -> None:
-    """Run ``calls`` until the held tool is entered, then stop the host as a kill would."""
+async def crash_during(
+    executor: ToolExecutor, world: World, calls: list[ToolCall], *, let_through: int = 0
+) -> None:
+    """Run ``calls`` (a batch) until a held tool is entered after ``let_through``
+    held tools went on, then stop the host as a kill would."""
+    await crash_while(world, executor.execute_batch, calls, let_through=let_through)
+
+
+async def crash_while(world: World, fn: Any, *args: Any, let_through: int = 0) -> None:
+    """Run ``fn(*args)`` as ``crash_during`` runs a batch."""
     world.hold = trio.Event()
     with trio.CancelScope() as scope:
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(executor.execute_batch, calls)
+            nursery.start_soon(fn, *args)
+            for _ in range(let_through):
+                await world.entered.wait()
+                world.entered = trio.Event()
+                held, world.hold = world.hold, trio.Event()
+                held.set()
             await world.entered.wait()
             scope.cancel()
     world.hold = None
@@ -221,24 +234,7 @@ async def test_resume_rules_for_each_kind_of_call(tmp_path: Path) -> None:
     ]
     executor = ToolExecutor(make_registry(world), journal=await journal_at(tmp_path / "j.db"))
     # w1 completes; w2 is running when the host dies; w3 never starts.
-    world_hold_on = {"second"}
-
-    async def run_until_second() -> None:
-        world.hold = trio.Event()
-        with trio.CancelScope() as scope:
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(executor.execute_batch, calls)
-                while not world.effects or world.effects[-1] != "append second":
-                    await world.entered.wait()
-                    world.entered = trio.Event()
-                    if world.effects[-1].split(" ")[1] not in world_hold_on:
-                        assert world.hold is not None
-                        held, world.hold = world.hold, trio.Event()
-                        held.set()
-                scope.cancel()
-
-    await run_until_second()
-    world.hold = None
+    await crash_during(executor, world, calls, let_through=1)
     assert world.effects == ["read a", "append first", "append second"]
     resumed = ToolExecutor(make_registry(world), journal=await journal_at(tmp_path / "j.db"))
     outcome = await resumed.execute_batch(calls)
@@ -333,17 +329,7 @@ async def test_a_sub_agent_resumes_without_repeating_its_writes(tmp_path: Path) 
 
     calls = [ToolCall("p1", "helper", {"task": "write twice"})]
     executor = ToolExecutor(registry(), journal=await journal_at(tmp_path / "j.db"))
-    world.hold = trio.Event()
-    with trio.CancelScope() as scope:
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(executor.execute_batch, calls)
-            await world.entered.wait()  # "child one" is running
-            world.entered = trio.Event()
-            held, world.hold = world.hold, trio.Event()
-            held.set()
-            await world.entered.wait()  # "child two" is running: the host dies
-            scope.cancel()
-    world.hold = None
+    await crash_during(executor, world, calls, let_through=1)  # while "child two" runs
     assert world.effects == ["append child one", "append child two"]
     resumed = ToolExecutor(registry(), journal=await journal_at(tmp_path / "j.db"))
     outcome = await resumed.execute_batch(calls)
@@ -720,17 +706,7 @@ async def test_a_loop_resumes_from_its_last_checkpoint(tmp_path: Path) -> None:
     )
     executor = ToolExecutor(make_registry(world), journal=await journal_at(tmp_path / "j.db"))
     loop = AgentLoop(first_model, executor, system_prompt="Be brief.")
-    world.hold = trio.Event()
-    with trio.CancelScope() as scope:
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(loop.run, "write twice")
-            await world.entered.wait()  # "one" is running
-            world.entered = trio.Event()
-            held, world.hold = world.hold, trio.Event()
-            held.set()
-            await world.entered.wait()  # "two" is running: the host dies
-            scope.cancel()
-    world.hold = None
+    await crash_while(world, loop.run, "write twice", let_through=1)  # while "two" runs
     # A new host: its model is asked only for what comes after the checkpoint.
     second_model = ScriptedModel(["done"])
     resumed = ToolExecutor(make_registry(world), journal=await journal_at(tmp_path / "j.db"))

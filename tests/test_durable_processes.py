@@ -128,23 +128,19 @@ def test_a_denial_from_the_command_line_reaches_a_waiting_host(tmp_path: Path) -
 
 
 def test_the_commands_refuse_what_they_cannot_answer(tmp_path: Path) -> None:
-    missing = subprocess.run(
-        [sys.executable, "-m", "toolexec", "approve", str(tmp_path / "none.db"), "abc"],
-        capture_output=True,
-        text=True,
-        timeout=HANG_GUARD,
-    )
-    assert missing.returncode == 2
-    assert "no journal" in missing.stderr
+    def refused(*args: str) -> str:
+        done = subprocess.run(
+            [sys.executable, "-m", "toolexec", *args],
+            capture_output=True,
+            text=True,
+            timeout=HANG_GUARD,
+        )
+        assert done.returncode == 2
+        return done.stderr
+
+    assert "no journal" in refused("approve", str(tmp_path / "none.db"), "abc")
     (tmp_path / "j.db").touch()
-    unknown = subprocess.run(
-        [sys.executable, "-m", "toolexec", "deny", str(tmp_path / "j.db"), "abc"],
-        capture_output=True,
-        text=True,
-        timeout=HANG_GUARD,
-    )
-    assert unknown.returncode == 2
-    assert "no open question" in unknown.stderr
+    assert "no open question" in refused("deny", str(tmp_path / "j.db"), "abc")
 
 
 def test_the_docs_example_kills_a_host_mid_batch_and_resumes_it(tmp_path: Path) -> None:
