@@ -47,8 +47,9 @@ FOLDERS: dict[str, str] = {
     "mcp": "integrations",
     "openapi": "integrations",
     "testing": "integrations",
-    # The command line.
+    # The command line, and the page it serves over a journal (``toolexec ui``).
     "_cli": "cli",
+    "_ui": "cli",
 }
 
 

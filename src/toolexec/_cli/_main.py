@@ -36,6 +36,7 @@ from .._gate._policy import HOST
 from ._questions import COMMANDS as QUESTION_COMMANDS
 from ._questions import add_parsers as add_question_parsers
 from ._sources import UsageError
+from ._ui import add_parser as add_ui_parser
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -173,6 +174,7 @@ def _parser() -> argparse.ArgumentParser:
     _serve_options(serve)
     _stdio_options(serve)
     add_question_parsers(commands)
+    add_ui_parser(commands)
     return parser
 
 
@@ -309,6 +311,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "serve":
             return _serve(args, stdout, stderr)
+        if args.command == "ui":  # docs/ui.md
+            from ._ui import ui_command
+
+            return ui_command(args, stdout)
         if args.command in QUESTION_COMMANDS:  # docs/durable.md
             from ._questions import questions_command
 
