@@ -83,6 +83,7 @@ async def test_the_page_shows_a_tree_and_approves_its_write(
         assert "<b>hello</b>" in question["arguments"]  # text: the page shows it as text
         sessions = (await get(c, "/api/sessions"))["sessions"]
         assert [s["status"] for s in sessions] == ["waiting for approval"]
+        assert sessions[0]["agents"][0]["turn"] == 1  # the root's first turn is running
         body = {"question": question["id"], "approved": True}
         response = await c.post("/api/answer", json=body, headers=HEADERS)
         assert response.json()["took"] is True
@@ -96,6 +97,10 @@ async def test_the_page_shows_a_tree_and_approves_its_write(
     paths = [a["path"] for a in session["agents"]]
     assert paths[0] == "root"
     assert paths[1].startswith("root/helper@")  # the sub-agent, below its parent
+    assert [(a["status"], a["turn"]) for a in session["agents"]] == [
+        ("finished", 3),
+        ("finished", 2),
+    ]
     detail = await get(c, "/api/session", session="s1")
     assert detail["total"] == 5
     rows = (await get(c, "/api/calls", session="s1", offset=0, limit=50))["rows"]

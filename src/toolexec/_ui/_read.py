@@ -47,56 +47,85 @@ SELECT session, agent_path, COUNT(*),
 FROM toolexec_calls WHERE batch <> '{CHECKPOINTS}'
 GROUP BY session, agent_path ORDER BY session, agent_path
 """
+# An agent loop's checkpoint (``_agents._checkpoint``): its turn, and why it stopped (or null).
+_LOOPS_SQLITE = f"""
+SELECT session, agent_path, json_extract(result, '$.turn'), json_extract(result, '$.stop')
+FROM toolexec_calls WHERE batch = '{CHECKPOINTS}' AND result IS NOT NULL
+"""
+_LOOPS_POSTGRES = f"""
+SELECT session, agent_path, (result::jsonb)->>'turn', (result::jsonb)->>'stop'
+FROM toolexec_calls WHERE batch = '{CHECKPOINTS}' AND result IS NOT NULL
+"""
+
+_Rows = list[tuple[Any, ...]]
 
 
 # -- sessions -------------------------------------------------------------------------
 
 
 async def list_sessions(store: JournalStore) -> list[dict[str, Any]]:
-    """Every session in the store with its agent tree and counts (one grouped query)."""
-    rows = await trio.to_thread.run_sync(_session_rows, store)
-    sessions: dict[str, dict[str, Any]] = {}
-    for session, agent, calls, finished, running, pending in rows:
-        entry = sessions.setdefault(
-            session,
-            {
-                "session": display_text(session),
-                "key": session,
-                "calls": 0,
-                "finished": 0,
-                "running": 0,
-                "pending": 0,
-                "agents": [],
-            },
-        )
-        counts = {
-            "calls": int(calls),
+    """Every session in the store with its agent tree and status (two grouped queries).
+
+    An agent's status: waiting for approval (a question is open), its
+    loop's stop reason once it stopped (``finished``, ``max_turns``...),
+    running (its loop is between turns or its calls are not all finished),
+    or done.
+    """
+    calls, loops = await trio.to_thread.run_sync(_session_rows, store)
+    agents: dict[tuple[str, str], dict[str, Any]] = {}
+    for session, agent, count, finished, running, pending in calls:
+        agents[(session, agent)] = {
+            "path": display_text(agent),
+            "calls": int(count),
             "finished": int(finished),
             "running": int(running),
             "pending": int(pending),
+            "turn": None,
+            "stop": None,
         }
-        for name, value in counts.items():
-            entry[name] += value
-        entry["agents"].append({"path": display_text(agent), "status": _status(counts), **counts})
-    for entry in sessions.values():
+    for session, agent, turn, stop in loops:
+        entry = agents.setdefault((session, agent), {**_NO_CALLS, "path": display_text(agent)})
+        entry["turn"] = None if turn is None else int(turn)
+        entry["stop"] = "running" if stop is None else display_text(str(stop))
+    sessions: dict[str, dict[str, Any]] = {}
+    for (session, _), entry in sorted(agents.items()):
         entry["status"] = _status(entry)
+        tree = sessions.setdefault(session, {**_NO_CALLS, "session": display_text(session)})
+        tree.setdefault("key", session)
+        tree.setdefault("agents", []).append(entry)
+        for name in ("calls", "finished", "running", "pending"):
+            tree[name] += entry[name]
+    for tree in sessions.values():
+        tree["status"] = _session_status([a["status"] for a in tree["agents"]])
     return list(sessions.values())
 
 
-def _status(counts: dict[str, Any]) -> str:
-    if counts["pending"]:
+_NO_CALLS = {"calls": 0, "finished": 0, "running": 0, "pending": 0, "turn": None, "stop": None}
+
+
+def _status(agent: dict[str, Any]) -> str:
+    if agent["pending"]:
         return "waiting for approval"
-    if counts["finished"] == counts["calls"]:
-        return "done"
-    return "running"
+    if agent["stop"] not in (None, "running"):
+        return str(agent["stop"])
+    if agent["stop"] == "running" or agent["finished"] < agent["calls"]:
+        return "running"
+    return "done"
 
 
-def _session_rows(store: JournalStore) -> list[tuple[Any, ...]]:
+def _session_status(statuses: list[str]) -> str:
+    for status in ("waiting for approval", "running"):
+        if status in statuses:
+            return status
+    return "done"
+
+
+def _session_rows(store: JournalStore) -> tuple[_Rows, _Rows]:
     path = getattr(store, "path", None)
     if isinstance(path, str):
         file = Path(path).resolve()
         if not file.exists():  # no executor has written to it yet
-            return []
+            return [], []
         db = sqlite3.connect(f"{file.as_uri()}?mode=ro", uri=True, check_same_thread=False)
         try:
             db.execute("PRAGMA busy_timeout = 10000")
@@ -108,16 +137,16 @@ def _session_rows(store: JournalStore) -> list[tuple[Any, ...]]:
         import psycopg
 
         with psycopg.connect(conninfo, autocommit=True) as conn:
-            return list(conn.execute(_SESSIONS_SQL))
+            return list(conn.execute(_SESSIONS_SQL)), list(conn.execute(_LOOPS_POSTGRES))
     raise TypeError(f"cannot list the sessions of {store!r}: a SQLite or PostgreSQL store only")
 
 
-def _query(db: sqlite3.Connection) -> list[tuple[Any, ...]]:
+def _query(db: sqlite3.Connection) -> tuple[_Rows, _Rows]:
     try:
-        return list(db.execute(_SESSIONS_SQL))
+        return list(db.execute(_SESSIONS_SQL)), list(db.execute(_LOOPS_SQLITE))
     except sqlite3.OperationalError as exc:  # a journal no executor has written to yet
         if "no such table" in str(exc):
-            return []
+            return [], []
         raise
 
 

@@ -56,7 +56,7 @@ function when(epoch) {
 }
 
 function stateClass(text) {
-  if (text === "ok" || text === "done") return "s-ok";
+  if (text === "ok" || text === "done" || text === "finished") return "s-ok";
   if (text === "running" || text === "waiting") return "s-running";
   if (text === "asking" || text === "waiting for approval") return "s-asking";
   return "s-error";
@@ -71,8 +71,9 @@ function renderSessions(sessions) {
       const depth = a.path.split("/").length - 1;
       const name = a.path.split("/").pop().split("@")[0];
       return el("li", { class: "agent", style: { paddingLeft: `${depth}em` }, title: a.path },
-        name, " ", el("span", { class: `badge ${stateClass(a.status)}` }, `${a.finished}/${a.calls}`),
-        a.pending ? el("span", { class: "badge s-asking" }, `${a.pending} asking`) : null);
+        name, " ", el("span", { class: "badge", title: "calls finished/recorded" }, `${a.finished}/${a.calls}`),
+        el("span", { class: `badge ${stateClass(a.status)}`, data: { status: a.status } },
+          a.turn !== null && a.status !== "done" ? `${a.status}, turn ${a.turn}` : a.status));
     }));
     const item = el("li", {
       class: "session" + (s.key === state.session ? " selected" : ""), data: { session: s.key },
