@@ -108,6 +108,9 @@ async def test_the_page_shows_a_tree_and_approves_its_write(
     assert by_id["r2"]["arguments"] == '{"key": "b\\u202egnp.exe"}'  # escaped as displayed
     assert by_id["r1"]["routing"] == "read_only"
     assert by_id["w1"]["state"] == "ok"
+    (recent,) = (await get(c, "/api/questions"))["decided"]
+    assert (recent["call_id"], recent["approved"], recent["by"]) == ("w1", True, "tester")
+    assert recent["summary"] == question["summary"]
     decided = await get(c, "/api/call", session="s1", row=by_id["w1"]["row"])
     assert decided["answer"]["approved"] is True
     assert decided["answer"]["by"] == "tester"

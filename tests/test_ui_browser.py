@@ -165,6 +165,9 @@ def test_a_click_approves_the_write_and_the_timeline_shows_the_runs(
     received = host_output(host)
     assert [r["error_class"] for r in received] == [None, None, None]
     assert (tmp_path / "markers" / "written").read_text() == "<b>hello</b>\n"
+    recent = page.locator("#decided-list li", has_text="call w1")
+    recent.first.wait_for()
+    assert "approved by ui-tester at" in recent.first.inner_text()  # who decided, and when
 
     page.locator("li.session", has_text="approve").locator(".name").click()
     page.locator(".batch", has_text="3/3 finished").click()

@@ -29,7 +29,14 @@ import attrs
 
 from .._core._display import display_text
 from .._durable._questions import Question, answer_question
-from ._read import Snapshots, call_detail, call_row, list_sessions, timeline
+from ._read import (
+    Snapshots,
+    call_detail,
+    call_row,
+    decided_questions,
+    list_sessions,
+    timeline,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, MutableMapping
@@ -214,7 +221,8 @@ class UIApp:
                     "deadline": q.deadline,
                 }
             )
-        return {"questions": questions, "now": time.time()}
+        decided = await decided_questions(self.store)
+        return {"questions": questions, "decided": decided, "now": time.time()}
 
     async def _answer(self, body: dict[str, Any]) -> dict[str, Any]:
         question, approved = body.get("question"), body.get("approved")

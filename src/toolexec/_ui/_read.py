@@ -29,12 +29,21 @@ import trio
 
 from .._agents._checkpoint import CHECKPOINTS
 from .._core._display import display_json, display_lines, display_text
-from .._core._journal import CallRecord, Phase
+from .._core._journal import CallKey, CallRecord, Phase
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from .._core._journal import JournalStore
 
-__all__ = ["Snapshots", "call_detail", "call_row", "list_sessions", "timeline"]
+__all__ = [
+    "Snapshots",
+    "call_detail",
+    "call_row",
+    "decided_questions",
+    "list_sessions",
+    "timeline",
+]
 
 # Characters of an argument or result shown in a table cell; the whole text is in the details.
 CELL = 160
@@ -55,6 +64,11 @@ FROM toolexec_calls WHERE batch = '{CHECKPOINTS}' AND result IS NOT NULL
 _LOOPS_POSTGRES = f"""
 SELECT session, agent_path, (result::jsonb)->>'turn', (result::jsonb)->>'stop'
 FROM toolexec_calls WHERE batch = '{CHECKPOINTS}' AND result IS NOT NULL
+"""
+
+_DECIDED_SQL = """
+SELECT session, agent_path, call_id, tool, question, answer FROM toolexec_calls
+WHERE question IS NOT NULL AND answer IS NOT NULL
 """
 
 _Rows = list[tuple[Any, ...]]
@@ -120,16 +134,22 @@ def _session_status(statuses: list[str]) -> str:
     return "done"
 
 
-def _session_rows(store: JournalStore) -> tuple[_Rows, _Rows]:
+def _session_rows(store: JournalStore) -> list[_Rows]:
+    shared = _SESSIONS_SQL
+    return _select(store, (shared, _LOOPS_SQLITE), (shared, _LOOPS_POSTGRES))
+
+
+def _select(store: JournalStore, sqlite: Sequence[str], postgres: Sequence[str]) -> list[_Rows]:
+    """The rows of each statement, run on the store's database (SQLite's or PostgreSQL's)."""
     path = getattr(store, "path", None)
     if isinstance(path, str):
         file = Path(path).resolve()
         if not file.exists():  # no executor has written to it yet
-            return [], []
+            return [[] for _ in sqlite]
         db = sqlite3.connect(f"{file.as_uri()}?mode=ro", uri=True, check_same_thread=False)
         try:
             db.execute("PRAGMA busy_timeout = 10000")
-            return _query(db)
+            return _query(db, sqlite)
         finally:
             db.close()
     conninfo = getattr(store, "conninfo", None)
@@ -137,17 +157,38 @@ def _session_rows(store: JournalStore) -> tuple[_Rows, _Rows]:
         import psycopg
 
         with psycopg.connect(conninfo, autocommit=True) as conn:
-            return list(conn.execute(_SESSIONS_SQL)), list(conn.execute(_LOOPS_POSTGRES))
-    raise TypeError(f"cannot list the sessions of {store!r}: a SQLite or PostgreSQL store only")
+            return [list(conn.execute(sql)) for sql in postgres]
+    raise TypeError(f"cannot read the sessions of {store!r}: a SQLite or PostgreSQL store only")
 
 
-def _query(db: sqlite3.Connection) -> tuple[_Rows, _Rows]:
+def _query(db: sqlite3.Connection, statements: Sequence[str]) -> list[_Rows]:
     try:
-        return list(db.execute(_SESSIONS_SQL)), list(db.execute(_LOOPS_SQLITE))
+        return [list(db.execute(sql)) for sql in statements]
     except sqlite3.OperationalError as exc:  # a journal no executor has written to yet
         if "no such table" in str(exc):
-            return [], []
+            return [[] for _ in statements]
         raise
+
+
+async def decided_questions(store: JournalStore, last: int = 10) -> list[dict[str, Any]]:
+    """The ``last`` questions answered, the latest first: what, who, approved or not, when."""
+    statements = (_DECIDED_SQL,)
+    (rows,) = await trio.to_thread.run_sync(_select, store, statements, statements)
+    decided = []
+    for session, agent, call_id, tool, question, answer in rows:
+        summary = json.loads(question).get("summary", tool)
+        record = CallRecord(key=CallKey(session, agent, "", call_id), tool=tool, answer=answer)
+        decided.append(
+            {
+                "session": display_text(session),
+                "agent": display_text(agent),
+                "call_id": display_text(call_id),
+                "summary": display_text(str(summary)),
+                **(_answer(record) or {}),
+            }
+        )
+    decided.sort(key=lambda d: d.get("at") or 0.0, reverse=True)
+    return decided[:last]
 
 
 # -- one session ----------------------------------------------------------------------

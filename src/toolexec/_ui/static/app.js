@@ -86,6 +86,17 @@ function renderSessions(sessions) {
 
 // -- pending approvals ----------------------------------------------------------------
 
+function decision(d) {
+  return `${d.approved ? "approved" : "denied"} by ${d.by || "?"}` +
+    `${d.at ? ` at ${when(d.at)}` : ""}${d.reason ? `: ${d.reason}` : ""}`;
+}
+
+function renderDecided(decided) {
+  document.getElementById("decided-list").replaceChildren(...decided.map((d) => el("li", {
+    class: d.approved ? "s-ok" : "s-error",
+  }, el("strong", {}, d.summary), ` (session ${d.session}, call ${d.call_id}): ${decision(d)}`)));
+}
+
 function renderQuestions(questions, now) {
   document.getElementById("approval-count").textContent = String(questions.length);
   const box = document.getElementById("question-list");
@@ -208,10 +219,7 @@ async function showDetail(row, scroll) {
     ["arguments", el("pre", {}, d.arguments)],
     ["result", d.result === null ? "none yet" : el("pre", {}, d.result)],
   ];
-  if (d.answer) {
-    items.push(["decided", `${d.answer.approved ? "approved" : "denied"} by ${d.answer.by || "?"}` +
-      `${d.answer.at ? ` at ${when(d.answer.at)}` : ""}${d.answer.reason ? `: ${d.answer.reason}` : ""}`]);
-  }
+  if (d.answer) items.push(["decided", decision(d.answer)]);
   box.replaceChildren(el("dl", {}, ...items.flatMap(([k, v]) => [el("dt", {}, k), el("dd", {}, v)])));
   box.hidden = false;
   if (scroll) box.scrollIntoView({ block: "nearest" });
@@ -270,6 +278,7 @@ async function poll() {
     const [sessions, questions] = await Promise.all([api("/api/sessions"), api("/api/questions")]);
     renderSessions(sessions.sessions);
     renderQuestions(questions.questions, questions.now);
+    renderDecided(questions.decided);
     if (state.session !== null) await refreshSession();
     document.getElementById("journal-status").textContent = `updated ${when(sessions.now)}`;
   } catch (error) {
