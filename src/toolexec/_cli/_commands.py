@@ -360,21 +360,20 @@ def _backends(
         "wasm": WasmBackend(),
         "microvm": MicroVMBackend(),
     }
-    if args.ray_address is None:
-        if args.backend == "ray":
-            raise UsageError(
-                "--backend ray needs --ray-address ADDR: the address of a running Ray "
-                "cluster ('auto' finds the one started on this machine with 'ray start')"
-            )
-        if args.sandbox != "none":
-            policy = SandboxByDefault(registry, policy)
-        return backends, policy
-    try:
-        backends["ray"] = RayBackend(address=args.ray_address)
-    except (ImportError, ValueError) as exc:
-        raise UsageError(f"--ray-address: {exc}") from None
-    if args.backend == "ray":
-        policy = _RoutedTo(policy, "ray")
+    if args.ray_address is not None:
+        try:
+            backends["ray"] = RayBackend(address=args.ray_address)
+        except (ImportError, ValueError) as exc:
+            raise UsageError(f"--ray-address: {exc}") from None
+    elif args.backend == "ray":
+        raise UsageError(
+            "--backend ray needs --ray-address ADDR: the address of a running Ray "
+            "cluster ('auto' finds the one started on this machine with 'ray start')"
+        )
+    if args.backend == "ray":  # every call the policy grants to the host goes there
+        return backends, _RoutedTo(policy, "ray")
+    if args.sandbox != "none":
+        policy = SandboxByDefault(registry, policy)
     return backends, policy
 
 
