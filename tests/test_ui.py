@@ -277,6 +277,9 @@ async def test_every_kind_of_record_is_shown(client: tuple[httpx2.AsyncClient, U
     assert done["result"] == '{"n": 1}\n[image x/y]'
     assert done["details"] == '{"k": "\\u001b"}'  # escaped as the terminal shows it
     assert done["times"] == {"planned": None, "started": None, "finished": None}
+    for other in range(6):  # a few sessions looked at: only the last few are kept
+        await get(c, "/api/session", session=f"other{other}")
+    assert len(app.snapshots._kept) == app.snapshots.keep
     timeline = await get(c, "/api/timeline", session="s1", first=0)
     assert timeline["timed"] == 0
     assert [q["call_id"] for q in (await get(c, "/api/questions"))["questions"]] == ["ask"]
@@ -316,3 +319,42 @@ def test_the_command_says_what_is_wrong(tmp_path: Path, capsys: pytest.CaptureFi
         with pytest.raises(SystemExit, match="2"):
             main(["ui", "--journal", str(tmp_path / "j.db"), "--port", port])
     assert "cannot listen on 127.0.0.1:" in capsys.readouterr().err
+
+
+async def test_the_app_speaks_lifespan_and_ignores_other_scopes(tmp_path: Path) -> None:
+    from toolexec._ui._app import UIApp
+    from toolexec._ui._read import list_sessions
+
+    (tmp_path / "empty.db").touch()  # a journal file no executor has written to yet
+    store = SQLiteStore(tmp_path / "empty.db")
+    assert await list_sessions(store) == []
+    app = UIApp(store, TOKEN)
+    incoming = iter([{"type": "lifespan.startup"}, {"type": "lifespan.shutdown"}])
+    sent: list[dict[str, Any]] = []
+
+    async def receive() -> dict[str, Any]:
+        return next(incoming)
+
+    async def send(message: Any) -> None:
+        sent.append(message)
+
+    await app({"type": "lifespan"}, receive, send)
+    await app({"type": "websocket"}, receive, send)
+    assert [m["type"] for m in sent] == ["lifespan.startup.complete", "lifespan.shutdown.complete"]
+    with pytest.raises(TypeError, match="SQLite or PostgreSQL"):
+        await list_sessions(object())  # type: ignore[arg-type]
+
+
+def test_the_command_prints_the_address_with_its_token(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from toolexec._cli._main import main
+    from toolexec._ui import _serve
+
+    async def served_once(*args: Any, task_status: Any, **kw: Any) -> None:
+        task_status.started("http://127.0.0.1:1")  # the real server: test_ui_browser.py
+
+    monkeypatch.setattr(_serve, "serve_ui", served_once)
+    (tmp_path / "j.db").touch()
+    assert main(["ui", "--journal", str(tmp_path / "j.db"), "--port", "0"]) == 0
+    assert capsys.readouterr().out.startswith("toolexec ui: open http://127.0.0.1:1/#token=")

@@ -70,6 +70,7 @@ def ui_command(args: argparse.Namespace, stdout: TextIO) -> int:
                 stdout.write(f"toolexec ui: open {url}/#token={token}\n")
                 stdout.flush()
         finally:
+            sock.close()  # no-op once the server took it over
             await store.aclose()
 
     trio.run(run)

@@ -216,7 +216,7 @@ class UIApp:
                     "agent": display_text(r.key.agent_path),
                     "call_id": display_text(r.key.call_id),
                     "tool": display_text(q.tool_name),
-                    "summary": q.summary,
+                    "summary": display_text(q.summary),
                     "arguments": display_text(q.arguments),
                     "deadline": q.deadline,
                 }

@@ -203,10 +203,14 @@ class _Snapshot:
 
 @attrs.define(eq=False)
 class Snapshots:
-    """A session's records, read whole and kept for ``ttl`` seconds (shared by the page's reads)."""
+    """A session's records, read whole and kept for ``ttl`` seconds (shared by the page's reads).
+
+    At most ``keep`` sessions are kept, so a page that visits many holds few.
+    """
 
     store: JournalStore
     ttl: float = 0.3
+    keep: int = 4  # sessions kept at most
     _kept: dict[str, _Snapshot] = attrs.field(factory=dict, init=False)
     _lock: trio.Lock = attrs.field(factory=trio.Lock, init=False)
 
@@ -218,7 +222,10 @@ class Snapshots:
                 return kept
             records = _in_order(await self.store.load(session))
             kept = _Snapshot(records, _batches(records), time.monotonic())
+            self._kept.pop(session, None)
             self._kept[session] = kept
+            while len(self._kept) > self.keep:  # the sessions read longest ago go first
+                del self._kept[next(iter(self._kept))]
             return kept
 
     def forget(self) -> None:
