@@ -15,6 +15,7 @@ import subprocess
 import sys
 import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 import trio
@@ -200,3 +201,84 @@ def test_the_command_line_refuses_a_micro_vm_rule_here(tmp_path: Path) -> None:
         assert text.startswith("Error: Tool 'shell' was not run: it requires a micro-VM"), text
     if not probe_microvm().usable:
         assert all("this machine lacks" in text for text in texts)
+
+
+# -- the guest's program, its parts checked on the host ---------------------------------
+
+TOOL_SOURCE = '''
+from toolexec import ErrorClass, SideEffects, ToolContext, ToolError, function_tool
+
+@function_tool(side_effects=SideEffects.READ)
+def greet(name: str, ctx: ToolContext) -> dict:
+    """Greet."""
+    ctx.report_progress("greeting")
+    print("hello from", ctx.tool_name)
+    return {"hi": name, "root": str(ctx.workspace.root)}
+
+@function_tool
+def refuse() -> str:
+    """Refuse."""
+    raise ToolError("no", error_class=ErrorClass.PERMISSION_DENIED, details={"why": 1})
+'''
+CONTEXT: dict[str, Any] = {
+    "call_id": "1",
+    "tool_name": "greet",
+    "agent_path": [],
+    "session_id": None,
+    "batch_id": None,
+    "workspace": "/workspace",
+    "limits": {},
+}
+
+
+def serve(request: dict[str, Any]) -> dict[str, Any]:
+    from toolexec._backends import _wasm_guest_main as guest_main
+
+    saved = sys.modules["toolexec"]
+    guest_main._install_shim()
+    try:
+        return guest_main._serve({"output_bytes": 30, **request})
+    finally:
+        sys.modules["toolexec"] = saved
+
+
+def test_the_guest_program_runs_a_function_tool_with_the_stand_in() -> None:
+    function = {"kind": "function", "module": "h4_guest_tools", "qualname": "greet"}
+    reply = serve(
+        {
+            **function,
+            "source": TOOL_SOURCE,
+            "arguments": {"name": "ada"},
+            "ctx_param": "ctx",
+            "context": CONTEXT,
+        }
+    )
+    assert reply == {
+        "op": "result",
+        "value": {"hi": "ada", "root": "/workspace"},
+        "stdout": "hello from greet\n",
+        "stderr": "",
+        "progress": ["greeting"],
+    }
+    again = serve(
+        {**function, "qualname": "refuse", "source": None, "arguments": {}, "ctx_param": None}
+    )
+    assert (again["op"], again["error_class"], again["details"]) == (
+        "error",
+        "permission_denied",
+        {"why": 1},
+    )
+    unknown = serve({**function, "module": "h4_never_sent", "source": None, "arguments": {}})
+    assert unknown["op"] == "crash"
+    assert "no source for module 'h4_never_sent'" in unknown["message"]
+    sys.modules.pop("h4_guest_tools", None)
+
+
+def test_the_guest_program_caps_what_a_call_prints_and_reports_failures() -> None:
+    printed = serve({"kind": "python", "code": "print('y' * 100)"})
+    assert printed["stdout"] == "y" * 30 + "\n[... 71 more characters dropped]"
+    crashed = serve({"kind": "python", "code": "1 / 0"})
+    assert crashed["message"] == "ZeroDivisionError: division by zero"
+    assert "ZeroDivisionError" in crashed["traceback"]
+    exhausted = serve({"kind": "python", "code": "raise MemoryError"})
+    assert exhausted["message"] == "MemoryError (its memory limit)"

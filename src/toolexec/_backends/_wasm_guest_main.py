@@ -19,6 +19,8 @@ lives:
 What the call prints is captured, up to ``output_bytes`` per stream. Only
 this file's standard library is here: a tool module imports ``toolexec``
 for its decorator and its errors, and finds the small stand-in below.
+Imported (not run) on the host, it defines its parts and nothing else, so
+tests/test_wasm_parts.py checks them there too.
 """
 
 from __future__ import annotations
@@ -119,19 +121,6 @@ class ToolContext:
         self._progress.append(str(message))
 
 
-_SHIM = types.ModuleType("toolexec")
-for _name in (
-    "ErrorClass",
-    "SideEffects",
-    "ToolContext",
-    "ToolError",
-    "Workspace",
-    "function_tool",
-):
-    setattr(_SHIM, _name, globals()[_name])
-sys.modules["toolexec"] = _SHIM
-
-
 # -- running calls -------------------------------------------------------------------
 
 
@@ -219,7 +208,23 @@ def _serve(request: dict[str, Any]) -> dict[str, Any]:
     return reply
 
 
+def _install_shim() -> None:
+    """Make ``import toolexec`` in a tool's module find the stand-in."""
+    shim = types.ModuleType("toolexec")
+    for name in (
+        "ErrorClass",
+        "SideEffects",
+        "ToolContext",
+        "ToolError",
+        "Workspace",
+        "function_tool",
+    ):
+        setattr(shim, name, globals()[name])
+    sys.modules["toolexec"] = shim
+
+
 def main() -> None:
+    _install_shim()
     if len(sys.argv) > 1:
         os.chdir(sys.argv[1])
     while True:
@@ -227,4 +232,5 @@ def main() -> None:
         _send(_serve(json.loads(_read(size))))
 
 
-main()
+if __name__ == "__main__":  # as the guest runs it: python -c <this source>
+    main()
