@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     import httpx2
 
     from toolexec._ui._app import UIApp
+    from toolexec._ui._read import Snapshots
 
 TOKEN = "t" * 32
 HEADERS = {"X-Toolexec-Token": TOKEN, "Host": "127.0.0.1:8765"}
@@ -286,7 +287,7 @@ async def test_every_kind_of_record_is_shown(client: tuple[httpx2.AsyncClient, U
 
 
 async def test_a_postgresql_journal_is_read_the_same_way(pg_dsn: str) -> None:
-    from toolexec._ui._read import list_sessions
+    from toolexec._ui._read import Snapshots, list_sessions
     from toolexec.durable import PostgresStore
 
     store = PostgresStore(pg_dsn)
@@ -294,11 +295,8 @@ async def test_a_postgresql_journal_is_read_the_same_way(pg_dsn: str) -> None:
         records, _ = records_of_every_kind("pg")
         await store.write(records)
         (session,) = await list_sessions(store)
-        assert (session["session"], session["calls"], session["pending"]) == (
-            "pg",
-            4,
-            2,
-        )  # neither answered
+        assert (session["session"], session["calls"], session["pending"]) == ("pg", 4, 2)
+        await changes_are_noticed(Snapshots(store, ttl=0.0), store, "pg")
     finally:
         await store.aclose()
 
@@ -358,3 +356,23 @@ def test_the_command_prints_the_address_with_its_token(
     (tmp_path / "j.db").touch()
     assert main(["ui", "--journal", str(tmp_path / "j.db"), "--port", "0"]) == 0
     assert capsys.readouterr().out.startswith("toolexec ui: open http://127.0.0.1:1/#token=")
+
+
+async def changes_are_noticed(snapshots: Snapshots, store: Any, session: str) -> None:
+    """A session is read again once it changed, not before."""
+    first = await snapshots.get(session)
+    assert await snapshots.get(session) is first  # nothing changed: the same records
+    key = CallKey(session, "root", "b2", "new")
+    await store.write([CallRecord(key=key, tool="read")])
+    again = await snapshots.get(session)
+    assert len(again.records) == len(first.records) + 1
+
+
+async def test_a_session_is_read_again_only_once_it_changed(tmp_path: Path) -> None:
+    from toolexec._ui._read import Snapshots
+
+    store = SQLiteStore(tmp_path / "j.db")
+    records, _ = records_of_every_kind("s1")
+    await store.write(records)
+    await changes_are_noticed(Snapshots(store, ttl=0.0), store, "s1")
+    await store.aclose()

@@ -71,6 +71,12 @@ SELECT session, agent_path, call_id, tool, question, answer FROM toolexec_calls
 WHERE question IS NOT NULL AND answer IS NOT NULL
 """
 
+# What changes whenever a session's calls do (a plan, a start, a result, a question, an answer).
+_CHANGES = """
+SELECT COUNT(*), SUM(phase), COUNT(question), COUNT(answer), SUM(attempt)
+FROM toolexec_calls WHERE session = {}
+"""
+
 _Rows = list[tuple[Any, ...]]
 
 
@@ -139,8 +145,10 @@ def _session_rows(store: JournalStore) -> list[_Rows]:
     return _select(store, (shared, _LOOPS_SQLITE), (shared, _LOOPS_POSTGRES))
 
 
-def _select(store: JournalStore, sqlite: Sequence[str], postgres: Sequence[str]) -> list[_Rows]:
-    """The rows of each statement, run on the store's database (SQLite's or PostgreSQL's)."""
+def _select(
+    store: JournalStore, sqlite: Sequence[str], postgres: Sequence[str], *params: Any
+) -> list[_Rows]:
+    """The rows of each statement (with ``params``) on the store's SQLite or PostgreSQL database."""
     path = getattr(store, "path", None)
     if isinstance(path, str):
         file = Path(path).resolve()
@@ -149,7 +157,7 @@ def _select(store: JournalStore, sqlite: Sequence[str], postgres: Sequence[str])
         db = sqlite3.connect(f"{file.as_uri()}?mode=ro", uri=True, check_same_thread=False)
         try:
             db.execute("PRAGMA busy_timeout = 10000")
-            return _query(db, sqlite)
+            return _query(db, sqlite, params)
         finally:
             db.close()
     conninfo = getattr(store, "conninfo", None)
@@ -157,13 +165,13 @@ def _select(store: JournalStore, sqlite: Sequence[str], postgres: Sequence[str])
         import psycopg
 
         with psycopg.connect(conninfo, autocommit=True) as conn:
-            return [list(conn.execute(sql)) for sql in postgres]
+            return [list(conn.execute(sql, params)) for sql in postgres]
     raise TypeError(f"cannot read the sessions of {store!r}: a SQLite or PostgreSQL store only")
 
 
-def _query(db: sqlite3.Connection, statements: Sequence[str]) -> list[_Rows]:
+def _query(db: sqlite3.Connection, statements: Sequence[str], params: Any) -> list[_Rows]:
     try:
-        return [list(db.execute(sql)) for sql in statements]
+        return [list(db.execute(sql, params)) for sql in statements]
     except sqlite3.OperationalError as exc:  # a journal no executor has written to yet
         if "no such table" in str(exc):
             return [[] for _ in statements]
@@ -198,13 +206,18 @@ async def decided_questions(store: JournalStore, last: int = 10) -> list[dict[st
 class _Snapshot:
     records: list[CallRecord]
     batches: list[dict[str, Any]]
+    changes: tuple[Any, ...]
     taken: float
 
 
 @attrs.define(eq=False)
 class Snapshots:
-    """A session's records, read whole and kept for ``ttl`` seconds (shared by the page's reads).
+    """A session's records, read whole, and read again only once they changed.
 
+    Within ``ttl`` seconds of the last look a snapshot is used as it is;
+    after that one small query (counts over the session's records) says
+    whether anything changed, and only then is the session read again, so
+    a page watching a large session that is done costs the server little.
     At most ``keep`` sessions are kept, so a page that visits many holds few.
     """
 
@@ -220,13 +233,22 @@ class Snapshots:
             kept = self._kept.get(session)
             if kept is not None and time.monotonic() - kept.taken < self.ttl:
                 return kept
+            changes = await self._changes(session)
+            if kept is not None and changes == kept.changes:
+                kept.taken = time.monotonic()
+                return kept
             records = _in_order(await self.store.load(session))
-            kept = _Snapshot(records, _batches(records), time.monotonic())
+            kept = _Snapshot(records, _batches(records), changes, time.monotonic())
             self._kept.pop(session, None)
             self._kept[session] = kept
             while len(self._kept) > self.keep:  # the sessions read longest ago go first
                 del self._kept[next(iter(self._kept))]
             return kept
+
+    async def _changes(self, session: str) -> tuple[Any, ...]:
+        sqlite, postgres = (_CHANGES.format("?"),), (_CHANGES.format("%s"),)
+        rows = await trio.to_thread.run_sync(_select, self.store, sqlite, postgres, session)
+        return tuple(rows[0][0]) if rows[0] else ()
 
     def forget(self) -> None:
         """Read every session afresh next time (an answer was just written)."""
