@@ -286,16 +286,30 @@ async def test_every_kind_of_record_is_shown(client: tuple[httpx2.AsyncClient, U
     assert [q["call_id"] for q in (await get(c, "/api/questions"))["questions"]] == ["ask"]
 
 
-async def test_a_postgresql_journal_is_read_the_same_way(pg_dsn: str) -> None:
-    from toolexec._ui._read import Snapshots, list_sessions
+async def test_a_postgresql_journal_is_read_and_answered_the_same_way(pg_dsn: str) -> None:
+    import httpx2
+
+    from toolexec._ui._app import UIApp
+    from toolexec._ui._read import Snapshots
     from toolexec.durable import PostgresStore
 
     store = PostgresStore(pg_dsn)
     try:
-        records, _ = records_of_every_kind("pg")
+        records, answer = records_of_every_kind("pg")
         await store.write(records)
-        (session,) = await list_sessions(store)
-        assert (session["session"], session["calls"], session["pending"]) == ("pg", 4, 2)
+        assert await store.answer(records[2].key, answer)
+        transport = httpx2.ASGITransport(app=UIApp(store, TOKEN, user="pg-tester"))
+        async with httpx2.AsyncClient(transport=transport, base_url="http://localhost") as c:
+            (session,) = (await get(c, "/api/sessions"))["sessions"]
+            assert (session["session"], session["calls"], session["pending"]) == ("pg", 4, 1)
+            (question,) = (await get(c, "/api/questions"))["questions"]
+            body = {"question": question["id"], "approved": True}
+            assert (await c.post("/api/answer", json=body, headers=HEADERS)).json()["took"]
+            decided = (await get(c, "/api/questions"))["decided"]
+            assert [(d["call_id"], d["by"]) for d in decided] == [
+                ("ask", "pg-tester"),
+                ("told", "ops\\u202e"),
+            ]
         await changes_are_noticed(Snapshots(store, ttl=0.0), store, "pg")
     finally:
         await store.aclose()
