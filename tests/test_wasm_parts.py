@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -282,3 +283,80 @@ def test_the_guest_program_caps_what_a_call_prints_and_reports_failures() -> Non
     assert "ZeroDivisionError" in crashed["traceback"]
     exhausted = serve({"kind": "python", "code": "raise MemoryError"})
     assert exhausted["message"] == "MemoryError (its memory limit)"
+
+
+def test_the_probe_without_cpuinfo_or_modules(tmp_path: Path) -> None:
+    probe = probe_microvm(
+        cpuinfo=str(tmp_path / "none"), modules=str(tmp_path / "none"), device="/dev/null"
+    )
+    assert "CPU flags: no vmx or svm" in probe.found
+    assert "KVM modules: none" in probe.found
+    assert probe.why_not().startswith("hardware virtualisation")
+    (tmp_path / "cpuinfo").write_text("processor\t: 0\n")
+    assert not probe_microvm(cpuinfo=str(tmp_path / "cpuinfo")).usable
+
+
+def _stdin_from(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    os.dup2(fd, 0)
+    os.close(fd)
+
+
+def test_the_guest_program_frames_what_it_reads_and_sends(tmp_path: Path) -> None:
+    from toolexec._backends import _wasm_guest_main as guest_main
+
+    request = tmp_path / "request"
+    request.write_bytes(b"12345678")
+    saved = os.dup(0), os.dup(1)
+    read_end, write_end = os.pipe()
+    try:
+        _stdin_from(request)
+        os.dup2(write_end, 1)
+        assert guest_main._read(8) == b"12345678"
+        guest_main._send({"op": "result", "value": 1})
+        guest_main._send({"op": "result", "value": object()})
+    finally:
+        os.dup2(saved[0], 0)
+        os.dup2(saved[1], 1)
+        os.close(write_end)
+    with os.fdopen(read_end, "rb") as pipe:
+        sent = pipe.read()
+    first = int.from_bytes(sent[:8], "big")
+    assert json.loads(sent[8 : 8 + first]) == {"op": "result", "value": 1}
+    assert b"its value is not JSON" in sent[8 + first :]
+    request.write_bytes(b"")
+    try:
+        _stdin_from(request)
+        with pytest.raises(SystemExit):
+            guest_main._read(8)  # the end of the requests: the host is closing it
+    finally:
+        os.dup2(saved[0], 0)
+        for fd in saved:
+            os.close(fd)
+
+
+def test_a_reply_is_read_whole_and_checked() -> None:
+    import wasmtime
+
+    from toolexec._backends._wasm_instance import Call, GuestInstance
+
+    notified: list[str] = []
+    guest = GuestInstance(None, 64 << 20, 100, wasmtime.Engine(), None)
+    guest._on_stdout(b"dropped: no call is running")
+    body = json.dumps({"op": "result"}).encode()
+    for reply, expect in (
+        (len(body).to_bytes(8, "big") + body, ({"op": "result"}, None)),
+        ((5).to_bytes(8, "big") + b"notjs", (None, "it sent a malformed reply")),
+    ):
+        call = Call(b"", 1, lambda: notified.append("done"))
+        guest._current = call
+        guest._on_stdout(reply[:3])  # a reply may arrive in pieces
+        guest._on_stdout(reply[3:])
+        assert (call.reply, (call.failure or "")[:25] or None) == expect
+    assert notified == ["done", "done"]
+    too_big = GuestInstance(None, 64 << 20, 100, wasmtime.Engine(), None)
+    too_big._current = Call(b"", 1, lambda: None)
+    too_big._on_stdout((1000).to_bytes(8, "big"))
+    assert not too_big.alive
+    too_big._on_stderr(b"x" * 5000)
+    assert len(too_big._stderr) == 4096
