@@ -22,7 +22,7 @@ import pytest
 import trio
 
 import sandbox_tools
-from conftest import process_alive
+from conftest import open_fds, process_alive
 from test_sandbox import Route, _namespace_members, _require, _shell
 from toolexec import (
     ErrorClass,
@@ -157,11 +157,13 @@ async def test_warm_and_fresh_sandboxes_give_the_same_results(level: str, worksp
         ToolCall("x", "crash", {}),
     ]
     seen = []
+    before = open_fds()
     for warm in (0, 3):
         (workspace / "in.txt").write_text("inside\n")  # rlimits does not stop the write
         async with SubprocessBackend(levels=(level,), warm=warm) as backend:
             outcome = await _executor(workspace, backend).execute_batch(calls)
         seen.append([_comparable(r) for r in outcome.results])
+    assert open_fds() - before == set()  # the lean bwrap call's and the pool's, all closed
     fresh, warm_results = seen
     assert warm_results == fresh
     timed_out = fresh[len(commands)]
@@ -225,6 +227,7 @@ async def test_the_pool_is_bounded_and_closing_it_leaves_no_process(
         "mktemp started.XXXXXX >/dev/null; while [ ! -e go ]; do sleep 0.01; done; "
         "readlink /proc/self/ns/pid"
     )
+    before = open_fds()
     backend = SubprocessBackend(levels=(level,), warm=1)
     results: list[Any] = []
     launchers: set[int] = set()
@@ -246,6 +249,7 @@ async def test_the_pool_is_bounded_and_closing_it_leaves_no_process(
     assert len(backend._pool.idle) == 1  # the bound: the others were closed
     await backend.aclose()
     assert _launchers(backend) == []
+    assert open_fds() - before == set()
     assert [pid for pid in launchers if process_alive(pid)] == []
     assert [ns for ns in namespaces if _namespace_members(ns)] == []
     assert [pid for pid in _group_members(launchers)] == []
