@@ -114,6 +114,9 @@ async def test_the_page_shows_a_tree_and_approves_its_write(
     assert recent["summary"] == question["summary"]
     decided = await get(c, "/api/call", session="s1", row=by_id["w1"]["row"])
     assert decided["answer"]["approved"] is True
+    timeline = await get(c, "/api/timeline", session="s1", first=decided["batch_first"])
+    assert [call["call_id"] for call in timeline["calls"]] == ["r1", "r2", "w1"]
+    assert [call["lane"] for call in timeline["calls"]] == [0, 1, 2]  # side by side
     assert decided["answer"]["by"] == "tester"
     assert decided["answer"]["at"] == pytest.approx(time.time(), abs=120)
 
@@ -216,6 +219,7 @@ async def test_a_ten_thousand_call_session_opens_at_once(
     rows = (await get(c, "/api/calls", session="big", offset=9_900, limit=500))["rows"]
     took = time.perf_counter() - started
     assert detail["total"] == 10_000
+    assert detail["batch_count"] == 100
     assert len(detail["batches"]) == 100
     assert [r["row"] for r in rows] == list(range(9_900, 10_000))  # one page, never all
     print(f"10,000-call session: summary and last page in {took * 1000:.0f} ms")

@@ -51,6 +51,7 @@ __all__ = ["TOKEN_HEADER", "UIApp"]
 
 TOKEN_HEADER = "X-Toolexec-Token"
 PAGE = 200  # calls per page of the table, at most
+BATCHES = 200  # a session's batches listed, at most (the latest)
 MAX_BODY = 64 * 1024
 LOOPBACK = frozenset({"127.0.0.1", "localhost", "::1"})
 
@@ -175,7 +176,12 @@ class UIApp:
 
     async def _session(self, query: dict[str, str]) -> dict[str, Any]:
         snap = await self.snapshots.get(_arg(query, "session"))
-        return {"total": len(snap.records), "batches": snap.batches, "now": time.time()}
+        return {
+            "total": len(snap.records),
+            "batch_count": len(snap.batches),
+            "batches": snap.batches[-BATCHES:],  # the latest: a page never holds them all
+            "now": time.time(),
+        }
 
     async def _calls(self, query: dict[str, str]) -> dict[str, Any]:
         snap = await self.snapshots.get(_arg(query, "session"))
@@ -193,12 +199,15 @@ class UIApp:
         row = _int(query, "row", -1)
         if not 0 <= row < len(snap.records):
             raise _Refused(404, "no such call")
-        return call_detail(row, snap.records[row])
+        return {
+            **call_detail(row, snap.records[row]),
+            "batch_first": snap.batch_of(row)["first_row"],
+        }
 
     async def _timeline(self, query: dict[str, str]) -> dict[str, Any]:
         snap = await self.snapshots.get(_arg(query, "session"))
         first = _int(query, "first", -1)
-        batch = next((b for b in snap.batches if b["first_row"] == first), None)
+        batch = snap.batch_at(first)
         if batch is None:
             raise _Refused(404, "no such batch")
         return {"batch": batch, **timeline(snap.records, first, batch["calls"])}

@@ -18,6 +18,7 @@ and the page says how many calls are not drawn.
 
 from __future__ import annotations
 
+import bisect
 import json
 import sqlite3
 import time
@@ -208,6 +209,19 @@ class _Snapshot:
     batches: list[dict[str, Any]]
     changes: tuple[Any, ...]
     taken: float
+    starts: list[int] = attrs.field(init=False)  # each batch's first row, ascending
+
+    def __attrs_post_init__(self) -> None:
+        self.starts = [b["first_row"] for b in self.batches]
+
+    def batch_of(self, row: int) -> dict[str, Any]:
+        """The batch that row ``row`` of ``records`` belongs to (its rows are contiguous)."""
+        return self.batches[bisect.bisect_right(self.starts, row) - 1]
+
+    def batch_at(self, first_row: int) -> dict[str, Any] | None:
+        """The batch whose first row is ``first_row``, if one is."""
+        at = bisect.bisect_left(self.starts, first_row)
+        return self.batches[at] if at < len(self.starts) and self.starts[at] == first_row else None
 
 
 @attrs.define(eq=False)

@@ -153,6 +153,9 @@ async function refreshSession() {
   state.total = data.total;
   document.getElementById("session-total").textContent = `${data.total} calls`;
   renderBatches(data.batches);
+  document.getElementById("batch-note").textContent = data.batch_count > data.batches.length
+    ? `The latest ${data.batches.length} of ${data.batch_count} batches; a click on a call ` +
+      "in the table shows its own batch." : "";
   document.getElementById("calls-spacer").style.height = `${data.total * ROW}px`;
   state.pages = new Map();  // a page is read afresh as it is shown again
   await renderRows();
@@ -222,7 +225,11 @@ async function showDetail(row, scroll) {
   if (d.answer) items.push(["decided", decision(d.answer)]);
   box.replaceChildren(el("dl", {}, ...items.flatMap(([k, v]) => [el("dt", {}, k), el("dd", {}, v)])));
   box.hidden = false;
-  if (scroll) box.scrollIntoView({ block: "nearest" });
+  if (scroll) {  // the user picked the call: show its batch's timeline too
+    state.batch = { first: d.batch_first, name: d.batch };
+    await renderTimeline();
+    box.scrollIntoView({ block: "nearest" });
+  }
 }
 
 // -- the timeline of one batch ------------------------------------------------------------
