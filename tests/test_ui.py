@@ -117,6 +117,8 @@ async def test_the_page_shows_a_tree_and_approves_its_write(
     timeline = await get(c, "/api/timeline", session="s1", first=decided["batch_first"])
     assert [call["call_id"] for call in timeline["calls"]] == ["r1", "r2", "w1"]
     assert [call["lane"] for call in timeline["calls"]] == [0, 1, 2]  # side by side
+    assert [call["run"] for call in timeline["calls"]] == [1, 1, 2]  # the reads, then the write
+    assert [run["run"] for run in timeline["runs"]] == [1, 2]
     assert decided["answer"]["by"] == "tester"
     assert decided["answer"]["at"] == pytest.approx(time.time(), abs=120)
 
@@ -206,6 +208,7 @@ async def test_a_timeline_puts_overlapping_calls_on_separate_lanes() -> None:
     records.append(record("d", 3, None))  # still running: no times yet
     calls = timeline(records, 0, 4)["calls"]
     assert [(c["call_id"], c["lane"]) for c in calls] == [("a", 0), ("b", 1), ("c", 1), ("d", None)]
+    assert [c["run"] for c in calls] == [1, 1, 2, None]
     assert [c["state"] for c in calls] == ["ok", "ok", "ok", "running"]
 
 

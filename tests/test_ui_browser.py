@@ -169,7 +169,9 @@ def test_a_click_approves_the_write_and_the_timeline_shows_the_runs(
     recent.first.wait_for()
     assert "approved by ui-tester at" in recent.first.inner_text()  # who decided, and when
 
-    page.locator("li.session", has_text="approve").locator(".name").click()
+    session = page.locator("li.session", has_text="approve")
+    expect(session.locator("> .badge")).to_have_text("done", timeout=HANG)  # seen live
+    session.locator(".name").click()
     page.locator(".batch", has_text="3/3 finished").click()
     expect(page.locator("#timeline .bar:not(.wait)")).to_have_count(3, timeout=HANG)
     drawn = page.evaluate(  # in one go: the page redraws the timeline as it polls
@@ -185,6 +187,8 @@ def test_a_click_approves_the_write_and_the_timeline_shows_the_runs(
     assert max(r1[4], r2[4]) < min(r1[5], r2[5])  # and are drawn overlapping
     assert w1[1] >= max(r1[2], r2[2])  # the write's run came after the reads' run
     assert w1[4] >= max(r1[5], r2[5]) - 1
+    runs = page.locator("#timeline .run")
+    assert runs.all_inner_texts() == ["run 1", "run 2"]  # the runs, in order
     page.locator(".row", has_text="w1").click()
     detail = page.locator("#call-detail")
     detail.wait_for()

@@ -427,8 +427,31 @@ def timeline(records: list[CallRecord], first: int, count: int) -> dict[str, Any
             }
         )
     _lanes(calls)
+    runs = _runs(calls)
     timed = [c for c in calls if c["started"] is not None]
-    return {"calls": calls, "timed": len(timed), "now": time.time()}
+    return {"calls": calls, "timed": len(timed), "runs": runs, "now": time.time()}
+
+
+def _runs(calls: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Number the runs as the times show them: calls that ran together, one run after another.
+
+    The journal does not record which run of its batch's plan a call was
+    in; a run is read from the times instead, as a stretch in which some
+    call was running: a call that starts after every earlier one ended
+    starts the next run. For runs that follow one another, as a plan's do,
+    that is the plan's split.
+    """
+    now = time.time()
+    runs: list[dict[str, Any]] = []
+    for call in sorted((c for c in calls if c["started"] is not None), key=lambda c: c["started"]):
+        end = call["finished"] if call["finished"] is not None else now
+        if not runs or call["started"] >= runs[-1]["end"]:
+            runs.append({"run": len(runs) + 1, "start": call["started"], "end": end})
+        runs[-1]["end"] = max(runs[-1]["end"], end)
+        call["run"] = len(runs)
+    for call in calls:
+        call.setdefault("run", None)
+    return runs
 
 
 def _lanes(calls: list[dict[str, Any]]) -> None:

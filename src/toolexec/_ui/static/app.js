@@ -253,15 +253,16 @@ async function renderTimeline() {
   const end = Math.max(...timed.map((c) => c.finished ?? data.now));
   note.textContent = `${((end - start) * 1000).toFixed(0)} ms from plan to last end. Hatched: ` +
     "waiting (for a permit or a person); solid: running, coloured by routing class (blue read-only, " +
-    `violet concurrent, amber serial); red outline: an error result.${missing}`;
+    "violet concurrent, amber serial); red outline: an error result. A run starts at each " +
+    `dashed line: calls that ran together, after the run before ended.${missing}`;
   const width = box.clientWidth || 800;
   const scale = (width - 8) / Math.max(end - start, 1e-3);
   const x = (t) => 4 + (t - start) * scale;
   const lanes = Math.max(...timed.map((c) => c.lane)) + 1;
-  box.style.height = `${lanes * LANE + 4}px`;
+  box.style.height = `${lanes * LANE + 18}px`;
   const bars = [];
   for (const c of timed) {
-    const top = `${2 + c.lane * LANE}px`;
+    const top = `${16 + c.lane * LANE}px`;
     if (c.planned !== null && c.planned < c.started) {
       bars.push(el("div", { class: "bar wait", title: `${c.call_id} waited`,
         style: { left: `${x(c.planned)}px`, width: `${Math.max(1, (c.started - c.planned) * scale)}px`, top } },
@@ -270,10 +271,17 @@ async function renderTimeline() {
     const finished = c.finished ?? data.now;
     bars.push(el("div", {
       class: `bar r-${c.routing || "none"}${c.state === "ok" ? "" : " failed"}`,
-      data: { call: c.call_id, lane: String(c.lane), start: String(c.started), end: String(finished) },
-      title: `${c.call_id} ${c.tool}: ${c.state}, ${c.routing || "not routed yet"}`,
+      data: { call: c.call_id, lane: String(c.lane), run: String(c.run), start: String(c.started),
+        end: String(finished) },
+      title: `${c.call_id} ${c.tool}: ${c.state}, ${c.routing || "not routed yet"}, run ${c.run}`,
       style: { left: `${x(c.started)}px`, width: `${Math.max(2, (finished - c.started) * scale)}px`, top },
     }, `${c.call_id} ${c.tool}`));
+  }
+  for (const run of data.runs) {
+    const near = x(run.start) > width - 60;  // a label at the right edge goes left of its line
+    bars.push(el("div", { class: "run" + (near ? " end" : ""), data: { run: String(run.run) },
+      title: `run ${run.run}`, style: { left: `${x(run.start)}px`, height: box.style.height } },
+    `run ${run.run}`));
   }
   box.replaceChildren(...bars);
 }
