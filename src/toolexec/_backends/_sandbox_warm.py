@@ -210,15 +210,16 @@ class WarmPool:
         os.set_blocking(errors, False)
         sandbox = WarmSandbox(key, pid, ours, os.pidfd_open(pid), errors)
         try:
-            ours.sendall(_framed(setup))
-            ours.setblocking(False)
-            answer = await sandbox.receive(_START_SECONDS)
+            answer = await _handshake(sandbox, ours, setup)
         except BaseException:
             with trio.CancelScope(shield=True):
                 await self._stop(sandbox)
             raise
         if answer != b"R":
             said = answer[1:].decode(errors="replace") if answer[:1] == b"F" else ""
+            if not said:  # it ended before it could answer: what it wrote, once it has ended
+                with trio.move_on_after(_START_SECONDS):
+                    await trio.lowlevel.wait_readable(sandbox.exit_fd)
             said = said or sandbox.stderr() or "it did not start"
             with trio.CancelScope(shield=True):
                 await self._stop(sandbox)
@@ -344,3 +345,14 @@ class WarmPool:
         with trio.CancelScope(shield=True):
             for sandbox in ending:
                 await self._stop(sandbox)
+
+
+async def _handshake(sandbox: WarmSandbox, ours: socket.socket, setup: dict[str, Any]) -> bytes:
+    """Send a new sandbox its set-up; its first answer (``b""``: it ended first, as
+    ``bwrap`` does when it cannot set the sandbox up, even before reading it)."""
+    try:
+        ours.sendall(_framed(setup))
+    except OSError:  # it has already gone (a broken pipe): its stderr says why
+        return b""
+    ours.setblocking(False)
+    return await sandbox.receive(_START_SECONDS)
