@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 import trio
+from trio.testing import wait_all_tasks_blocked
 
 import _pg
 from toolexec._core._journal import CallKey, CallRecord
@@ -391,3 +392,24 @@ def test_the_docs_example_of_two_hosts_prints_what_the_page_shows(
     assert shown is not None
     exec(compile(program[1], "durable.md", "exec"), {"conninfo": pg_dsn})
     assert capsys.readouterr().out == shown[1]
+
+
+async def test_closing_waits_for_the_flush_in_progress(store: PostgresStore) -> None:
+    entered, release = threading.Event(), threading.Event()
+    apply = store._apply_group
+
+    def held(conn: Any, ops: list[Any]) -> None:
+        apply(conn, ops)
+        entered.set()  # inside the flush's transaction, before its commit
+        release.wait()
+
+    store._apply_group = held  # type: ignore[method-assign]
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(store.write, [_planned("c1")])
+        await trio.to_thread.run_sync(entered.wait)
+        nursery.start_soon(store.aclose)
+        await wait_all_tasks_blocked()
+        release.set()  # the write commits, and only then is the connection closed
+    store._apply_group = apply  # type: ignore[method-assign]
+    assert store._conn is None
+    assert [r.key.call_id for r in await store.load("s1")] == ["c1"]  # connects again

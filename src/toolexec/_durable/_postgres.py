@@ -269,7 +269,9 @@ class PostgresStore:
         return result
 
     async def aclose(self) -> None:
-        """Close the connection."""
+        """Close the connection, once a flush in progress is done with it."""
+        while self._flushing:
+            await self._idle.wait()
         await trio.to_thread.run_sync(self._close)
 
     # -- the queue (trio side) ------------------------------------------------------
