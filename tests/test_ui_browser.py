@@ -34,6 +34,17 @@ pytestmark = pytest.mark.slow
 
 TESTS = Path(__file__).parent
 DOCS_IMG = TESTS.parent / "docs" / "img"
+
+
+def _shot(page: Any, name: str, tmp: Path, **options: Any) -> None:
+    """Take a screenshot: the docs' own (docs/img) with TOOLEXEC_SCREENSHOTS=1
+    (tests/README.md), else into the test's temporary folder, so a run of the suite
+    leaves the checkout as it found it."""
+    folder = DOCS_IMG if os.environ.get("TOOLEXEC_SCREENSHOTS") == "1" else tmp
+    folder.mkdir(exist_ok=True)
+    page.screenshot(path=folder / name, **options)
+
+
 CHROMIUM_ARGS = [
     "--headless",
     "--no-sandbox",
@@ -159,8 +170,7 @@ def test_a_click_approves_the_write_and_the_timeline_shows_the_runs(
     card.wait_for()
     assert "<b>hello</b>" in card.inner_text()  # the arguments, shown as text
     assert page.locator(".question b").count() == 0  # never as markup
-    DOCS_IMG.mkdir(exist_ok=True)
-    page.screenshot(path=DOCS_IMG / "ui-approval.png")
+    _shot(page, "ui-approval.png", tmp_path)
     card.locator("button.approve").click()
     received = host_output(host)
     assert [r["error_class"] for r in received] == [None, None, None]
@@ -194,7 +204,7 @@ def test_a_click_approves_the_write_and_the_timeline_shows_the_runs(
     detail.wait_for()
     decided = detail.inner_text()
     assert "approved by ui-tester at" in decided  # who decided it, and when
-    page.screenshot(path=DOCS_IMG / "ui-timeline.png", full_page=True)
+    _shot(page, "ui-timeline.png", tmp_path, full_page=True)
     base = url.split("/#")[0] + "/"
     assert requests
     assert [u for u in requests if not u.startswith(base)] == []  # all stay on 127.0.0.1
@@ -216,7 +226,7 @@ def test_a_click_denies_and_the_model_receives_user_denied(
 
 
 def test_a_ten_thousand_call_session_opens_in_under_a_second(
-    served: tuple[str, Path], browser: BrowserContext
+    served: tuple[str, Path], browser: BrowserContext, tmp_path: Path
 ) -> None:
     url, _ = served
     page = open_page(browser, url)
@@ -231,7 +241,7 @@ def test_a_ten_thousand_call_session_opens_in_under_a_second(
     page.locator("#calls").evaluate("box => { box.scrollTop = 9990 * 24; }")
     page.locator(".row", has_text="c99").last.wait_for()  # the last page, fetched on scroll
     assert page.locator("#calls .row").count() < 100
-    page.screenshot(path=DOCS_IMG / "ui-calls.png")
+    _shot(page, "ui-calls.png", tmp_path)
     print(f"10,000-call session: first rows shown {load_ms:.0f} ms after the click (page)")
     print(f"10,000-call session: {took * 1000:.0f} ms from click to rows (test driver)")
     assert took < 60  # a hang guard only; the figure is reported (docs/ui.md)
