@@ -381,3 +381,16 @@ async def test_a_call_running_when_the_backend_closes_ends_its_guest(workspace: 
     assert results[0].text == "1\n"
     assert backend.idle_count() == 0
     assert not [t for t in threading.enumerate() if t.name == "toolexec-wasm-guest"]
+
+
+async def test_an_ended_guest_lets_its_memory_go() -> None:
+    import gc
+    import weakref
+
+    guest = await trio.to_thread.run_sync(GuestInstance.open, None, False, 64 << 20, 4096)
+    gone = weakref.ref(guest)
+    await guest.call({"kind": "python", "code": "x = 1", "output_bytes": 10}, 10**9, 60)
+    await trio.to_thread.run_sync(guest.kill, "done")
+    del guest
+    gc.collect()
+    assert gone() is None  # wasmtime's tables of callbacks do not keep it

@@ -44,6 +44,7 @@ import stat
 import struct
 import threading
 import time
+import weakref
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -129,8 +130,8 @@ class GuestInstance:
         wasi = wasmtime.WasiConfig()
         wasi.argv = ["python", "-I", "-S", "-c", _GUEST_MAIN, *([GUEST_ROOT] if workspace else [])]
         wasi.env = [("PYTHONHASHSEED", "0"), ("PYTHONDONTWRITEBYTECODE", "1")]
-        wasi.stdout_custom = self._on_stdout
-        wasi.stderr_custom = self._on_stderr
+        wasi.stdout_custom = _weak(self._on_stdout, None)
+        wasi.stderr_custom = _weak(self._on_stderr, None)
         if workspace is not None:
             wasi.preopen_dir(workspace, GUEST_ROOT, writable)
         store.set_wasi(wasi)
@@ -154,9 +155,9 @@ class GuestInstance:
         linker.allow_shadowing = True
         i32, i64 = wasmtime.ValType.i32(), wasmtime.ValType.i64()
         mine = {
-            "fd_pread": ([i32, i32, i32, i64, i32], self._fd_pread),
-            "poll_oneoff": ([i32] * 4, self._poll),
-            "clock_time_get": ([i32, i64, i32], self._clock),
+            "fd_pread": ([i32, i32, i32, i64, i32], _weak(self._fd_pread, _EIO)),
+            "poll_oneoff": ([i32] * 4, _weak(self._poll, _EIO)),
+            "clock_time_get": ([i32, i64, i32], _weak(self._clock, _EIO)),
         }
         for name, (params, fn) in mine.items():
             ty = wasmtime.FuncType(params, [i32])
@@ -235,6 +236,7 @@ class GuestInstance:
         except wasmtime.WasmtimeError as exc:
             why = f"the guest failed: {exc}"
         finally:
+            self._store = None  # the guest's memory goes now, whoever still holds this
             self._ended.set()
             if self._why is None:
                 self._why = why
@@ -359,6 +361,23 @@ class GuestInstance:
     def _on_stderr(self, data: bytes) -> None:
         self._stderr += data
         del self._stderr[:-_STDERR_KEPT]
+
+
+def _weak(method: Callable[..., Any], dead: Any) -> Callable[..., Any]:
+    """``method``, called through a weak reference to its instance.
+
+    wasmtime keeps the functions it calls back in tables of its own until
+    the store that uses them is dropped; a bound method there would keep the
+    instance, and so the store and the guest's memory, alive for good. When
+    the instance is gone, the call answers ``dead``.
+    """
+    ref = weakref.WeakMethod(method)
+
+    def call(*args: Any) -> Any:
+        live = ref()
+        return dead if live is None else live(*args)
+
+    return call
 
 
 def _open_pipes(root: str, most: int = 10_000) -> None:
