@@ -12,7 +12,8 @@ nothing to install). The server binaries are found on ``PATH`` or in Debian's
 The cluster is a test fixture, not a production one: ``fsync`` is off
 (a test kills hosts, never the server), and it is stopped at once
 (``SIGQUIT``, immediate shutdown) and its folder removed when the session
-ends. One cluster per test process (per xdist worker), one database per test.
+ends, or when this process dies (``_KEEPER``). One cluster per test process
+(per xdist worker), one database per test.
 """
 
 from __future__ import annotations
@@ -39,6 +40,18 @@ if TYPE_CHECKING:
 _PROGRAMS = ("initdb", "postgres")
 _USER = "nobody"
 _STARTUP_GUARD = 120.0  # seconds: a hang guard, far above the second a start takes
+
+# The server runs under a small shell that holds the read end of a pipe whose
+# write end only this process has: when it closes (the cluster is stopped, or
+# this process dies, however), the shell stops the server at once (SIGQUIT is
+# PostgreSQL's immediate shutdown). So a killed test run leaves no server.
+_KEEPER = """
+exec 3<&0
+"$0" "$@" 3<&- &
+pg=$!
+{ read -r _ <&3; kill -QUIT "$pg" 2>/dev/null; } &
+wait "$pg"
+"""
 
 
 def server_bin() -> Path | None:
@@ -155,11 +168,13 @@ def running_cluster(*, fsync: bool = False) -> Iterator[Cluster]:
             "full_page_writes": "on" if fsync else "off",
             "max_connections": "200",
         }
-        args = [str(bin_dir / "postgres"), "-D", str(folder / "data")]
+        args = ["/bin/sh", "-c", _KEEPER, str(bin_dir / "postgres"), "-D", str(folder / "data")]
         for key, value in settings.items():
             args += ["-c", f"{key}={value}"]
         with (folder / "log").open("wb") as log:
-            process = subprocess.Popen(args, stdout=log, stderr=log, start_new_session=True, **drop)
+            process = subprocess.Popen(
+                args, stdin=subprocess.PIPE, stdout=log, stderr=log, start_new_session=True, **drop
+            )
         try:
             _wait_ready(folder, process)
             yield Cluster(folder, process)
@@ -170,9 +185,9 @@ def running_cluster(*, fsync: bool = False) -> Iterator[Cluster]:
 
 
 def _stop(process: subprocess.Popen[bytes]) -> None:
-    """Immediate shutdown: SIGQUIT to the postmaster, SIGKILL to its group if it lingers."""
-    with contextlib.suppress(ProcessLookupError):
-        process.send_signal(signal.SIGQUIT)
+    """Immediate shutdown (the keeper's pipe closed), SIGKILL to its group if it lingers."""
+    assert process.stdin is not None
+    process.stdin.close()
     try:
         process.wait(timeout=_STARTUP_GUARD)
     except subprocess.TimeoutExpired:
