@@ -152,6 +152,35 @@ async def test_a_micro_vm_grant_here_is_an_error_and_nothing_runs(tmp_path: Path
         assert backend.detect().why_not() in text
 
 
+async def test_a_grant_that_requires_a_micro_vm_of_the_subprocess_sandbox_is_refused(
+    tmp_path: Path,
+) -> None:
+    """``min_isolation: microvm`` sent to the subprocess sandbox: an error result that
+    says only the micro-VM sandbox gives it, and what this machine lacks; nothing runs."""
+    from toolexec.backends import SubprocessBackend
+
+    class RequiresMicroVM:
+        def decide(self, definition: object, arguments: object, agent_path: object) -> Allow:
+            limits = {"workspace": "rw", "min_isolation": "microvm"}
+            return Allow(ExecutionGrant(sandbox="subprocess", limits=limits))
+
+    tools = ToolRegistry()
+    tools.register(ShellTool(Workspace(tmp_path)))
+    async with SubprocessBackend() as backend:
+        executor = ToolExecutor(tools, policy=RequiresMicroVM(), backends={"subprocess": backend})
+        with trio.fail_after(120):  # a hang guard
+            outcome = await executor.execute_batch(
+                [ToolCall("1", "shell", {"command": "touch ran"})]
+            )
+    (result,) = outcome.results
+    assert result.is_error
+    assert "requires isolation 'microvm', which only the 'microvm' sandbox gives" in result.text
+    probe = probe_microvm()
+    if not probe.usable:
+        assert probe.why_not() in result.text
+    assert not (tmp_path / "ran").exists()
+
+
 async def test_a_machine_that_has_it_is_told_the_backend_is_not_built(tmp_path: Path) -> None:
     backend = MicroVMBackend(probe=lambda: MicroVMProbe(True, (), ("CPU flags: vmx",)))
     text, _ = await run_touch(tmp_path, backend)

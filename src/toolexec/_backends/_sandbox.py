@@ -61,10 +61,11 @@ from .._core._json_bounds import loads_bounded
 from .._core._types import ErrorClass, ToolOutput, strings
 from .._proc._process import OutputCapture, PipeCollector, open_group_process, reap, supervise
 from .._tools._shell import DEFAULT_ENV_ALLOW, CommandEnd, ShellTool, shell_output, update_listener
+from ._microvm import probe_microvm
 from ._sandbox_codec import context_to_json, locate, output_from_json
 from ._sandbox_launch import Detection, command, home_dir, probe_levels, scratch_dirs
 from ._sandbox_lean import run_in_bwrap
-from ._sandbox_limits import ISOLATION_LEVELS, RANK, SandboxLimits
+from ._sandbox_limits import ISOLATION_LEVELS, MICROVM, RANK, SandboxLimits
 from ._sandbox_warm import WarmPool
 
 if TYPE_CHECKING:
@@ -241,6 +242,8 @@ class SubprocessBackend:
             limits = SandboxLimits.parse({**self.limits, **ctx.grant.limits}, "grant limits")
         except ValueError as exc:
             raise ToolError(f"Tool '{name}' was not run: {exc}.") from None
+        if limits.min_isolation == MICROVM:
+            raise ToolError(_no_microvm(name), details={"sandbox": {"required": MICROVM}})
         shell = tool if isinstance(tool, ShellTool) else None
         target = None if shell is not None else locate(tool)
         found = await self.detect()
@@ -666,3 +669,13 @@ class _Run:
                 self.ctx.update(output_from_json(message.get("output")))
         elif op in ("result", "error", "crash") and reports.final is None:
             reports.final = message
+
+
+def _no_microvm(name: str) -> str:
+    """Why a call that requires a micro-VM was not run by the subprocess sandbox."""
+    probe = probe_microvm()
+    lacks = "" if probe.usable else f"; this machine lacks {probe.why_not()}"
+    return (
+        f"Tool '{name}' was not run: it requires isolation 'microvm', which only the "
+        f"'microvm' sandbox gives, not the subprocess sandbox{lacks}."
+    )

@@ -22,6 +22,9 @@ __all__ = ["ISOLATION_LEVELS", "LIMIT_KEYS", "RANK", "SandboxLimits"]
 ISOLATION_LEVELS = ("bwrap", "unshare", "rlimits")
 #: Each level's strength: a call may run at its required level or a higher one.
 RANK = {"rlimits": 0, "unshare": 1, "bwrap": 2}
+#: A level above every subprocess level: only the ``microvm`` sandbox gives it
+#: (``_microvm``), so a grant that requires it of this sandbox is refused.
+MICROVM = "microvm"
 
 #: The keys of a grant's ``limits`` the subprocess sandbox reads, and what each holds.
 LIMIT_KEYS = {
@@ -32,7 +35,10 @@ LIMIT_KEYS = {
     "processes": "processes in the sandbox besides toolexec's own (RLIMIT_NPROC)",
     "network": "true to let the call reach the network (default false)",
     "workspace": "'ro' (default) or 'rw': whether the call may write the workspace",
-    "min_isolation": "the weakest level the call may run at: 'bwrap', 'unshare' or 'rlimits'",
+    "min_isolation": (
+        "the weakest level the call may run at: 'bwrap', 'unshare' or 'rlimits' "
+        "('microvm' is refused here, with what the machine lacks for it)"
+    ),
     "env_allow": "the host environment variables passed in, replacing the backend's list",
 }
 _INT_KEYS = ("cpu_seconds", "memory_bytes", "open_files", "file_size_bytes", "processes")
@@ -99,8 +105,8 @@ def _bad_value(key: str, value: Any) -> str | None:
         if value not in ("ro", "rw"):
             return "'ro' or 'rw'"
     elif key == "min_isolation":
-        if value not in ISOLATION_LEVELS:
-            return f"one of {', '.join(ISOLATION_LEVELS)}"
+        if value not in ISOLATION_LEVELS and value != MICROVM:
+            return f"one of {', '.join((MICROVM, *ISOLATION_LEVELS))}"
     elif isinstance(value, str) or not all(
         isinstance(v, str) and v and "=" not in v for v in _iterable(value)
     ):
