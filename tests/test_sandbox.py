@@ -361,7 +361,7 @@ async def test_bad_limits_are_errors_naming_the_allowed_keys(workspace: Path) ->
     cases: list[tuple[dict[str, object], str]] = [
         ({"network": "yes"}, "true or false"),
         ({"workspace": "w"}, "'ro' or 'rw'"),
-        ({"min_isolation": "docker"}, "one of bwrap, unshare, rlimits"),
+        ({"min_isolation": "docker"}, "one of microvm, bwrap, unshare, rlimits"),
         ({"env_allow": "PATH"}, "a list of environment variable names"),
         ({"open_files": True}, "a positive whole number"),
     ]
