@@ -26,7 +26,6 @@ import hmac
 import json
 import logging
 import math
-import socket
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
@@ -38,6 +37,7 @@ from .._core._executor import ToolExecutor
 from .._core._limits import ConcurrencyConfig
 from .._core._types import ToolCall
 from .._gate._policy import AllowAll
+from ._asgi import lifespan, listening_socket
 from ._remote_wire import (
     CALLS_PATH,
     NDJSON,
@@ -130,7 +130,7 @@ class WorkerApp:
     async def __call__(self, scope: Message, receive: Receive, send: Send) -> None:
         """Serve one ASGI connection scope."""
         if scope["type"] == "lifespan":
-            await _lifespan(receive, send)
+            await lifespan(receive, send)
             return
         if scope["type"] != "http":
             return
@@ -293,38 +293,12 @@ async def _reply(
     await send({"type": "http.response.body", "body": body, "more_body": False})
 
 
-async def _lifespan(receive: Receive, send: Send) -> None:
-    while True:
-        message = await receive()
-        if message["type"] == "lifespan.startup":
-            await send({"type": "lifespan.startup.complete"})
-        elif message["type"] == "lifespan.shutdown":
-            await send({"type": "lifespan.shutdown.complete"})
-            return
-
-
 def _positive(name: str, value: float) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
         raise ValueError(f"{name} must be a positive number of seconds, got {value!r}")
     if not math.isfinite(value):
         raise ValueError(f"{name} must be finite, got {value!r}")
     return float(value)
-
-
-def _listening_socket(host: str, port: int) -> socket.socket:
-    """A socket bound to ``host:port`` (the first address ``host`` resolves to); ``OSError``."""
-    family, kind, proto, _, address = socket.getaddrinfo(
-        host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
-    )[0]
-    sock = socket.socket(family, kind, proto)
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        sock.bind(address)
-    except BaseException:
-        sock.close()
-        raise
-    return sock
 
 
 async def serve_worker(
@@ -391,7 +365,7 @@ async def serve_worker(
     )
     app = WorkerApp(executor, progress, secret, heartbeat)
     settings = Config()
-    settings.bind = [f"fd://{_listening_socket(host, port).detach()}"]
+    settings.bind = [f"fd://{listening_socket(host, port).detach()}"]
     settings.errorlog = logging.getLogger("toolexec.remote.http")
     settings.keep_alive_timeout = 60.0
     settings.graceful_timeout = grace_period

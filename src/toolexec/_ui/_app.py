@@ -27,6 +27,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import attrs
 
+from .._backends._asgi import lifespan
 from .._core._display import display_text
 from .._durable._questions import Question, answer_question
 from ._read import (
@@ -109,7 +110,7 @@ class UIApp:
     async def __call__(self, scope: Message, receive: Receive, send: Send) -> None:
         """Serve one ASGI connection scope."""
         if scope["type"] == "lifespan":
-            await _lifespan(receive, send)
+            await lifespan(receive, send)
             return
         if scope["type"] != "http":
             return
@@ -300,13 +301,3 @@ async def _respond(send: Send, status: int, body: bytes, kind: str) -> None:
     headers = [(b"content-type", kind.encode()), *_SECURITY]
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body, "more_body": False})
-
-
-async def _lifespan(receive: Receive, send: Send) -> None:
-    while True:
-        message = await receive()
-        if message["type"] == "lifespan.startup":
-            await send({"type": "lifespan.startup.complete"})
-        elif message["type"] == "lifespan.shutdown":
-            await send({"type": "lifespan.shutdown.complete"})
-            return

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import logging
-import socket
 from typing import TYPE_CHECKING
 
 import trio
 
+from .._backends._asgi import listening_socket as listen
 from ._app import LOOPBACK, UIApp
 
 if TYPE_CHECKING:
+    import socket
+
     from .._core._journal import JournalStore
 
 __all__ = ["listen", "serve_ui"]
@@ -45,18 +47,3 @@ async def serve_ui(
     async with trio.open_nursery() as nursery:
         await nursery.start(serve, app, settings)
         task_status.started(f"http://{shown}:{bound_port}")
-
-
-def listen(host: str, port: int) -> socket.socket:
-    """A socket bound to ``host:port`` (port 0: a free one); ``OSError`` if it cannot be."""
-    family, kind, proto, _, address = socket.getaddrinfo(
-        host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
-    )[0]
-    sock = socket.socket(family, kind, proto)
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind(address)
-    except BaseException:
-        sock.close()
-        raise
-    return sock
