@@ -20,9 +20,11 @@ Theory of operation.
   (``poll_oneoff`` on clocks) waits on an event that ``kill`` sets, so no
   deadline waits for a sleeping guest; ``clock_time_get`` is this process's
   clocks, so the two agree. Standard output carries the reply (its length,
-  then JSON) to ``_on_stdout``, which wasmtime calls on a thread of its own
-  while the guest waits for the write to finish (so the two never run at
-  once); more than the output limit kills the guest.
+  then JSON) through a pipe to ``_on_stdout``, which a thread of ours
+  reads (``_pump``), and standard error the same way; more than the output
+  limit kills the guest. (Not wasmtime's ``stdout_custom``: it calls Python
+  from a tokio thread of wasmtime's, which then panics when the process
+  exits, and may abort it before it has written what it had to.)
   The other WASI calls are wasmtime's: the files of the one preopened
   directory, clocks, random bytes. Only one of them can wait for an outside
   party: opening a named pipe (FIFO) in the workspace waits for its other
@@ -40,6 +42,7 @@ import contextlib
 import json
 import os
 import queue
+import select
 import stat
 import struct
 import threading
@@ -107,6 +110,8 @@ class GuestInstance:
     _ended: threading.Event = attrs.Factory(threading.Event)
     _why: str | None = None
     _thread: threading.Thread | None = None
+    # The threads reading the guest's standard output and error (``_pump``).
+    _pumps: list[_Pump] = attrs.Factory(list)
     calls: int = 0
     #: The function tools' modules this guest has loaded (their source is sent once).
     modules: set[str] = attrs.Factory(set)
@@ -130,8 +135,8 @@ class GuestInstance:
         wasi = wasmtime.WasiConfig()
         wasi.argv = ["python", "-I", "-S", "-c", _GUEST_MAIN, *([GUEST_ROOT] if workspace else [])]
         wasi.env = [("PYTHONHASHSEED", "0"), ("PYTHONDONTWRITEBYTECODE", "1")]
-        wasi.stdout_custom = _weak(self._on_stdout, None)
-        wasi.stderr_custom = _weak(self._on_stderr, None)
+        self._pumps = [_pipe_to(wasi, "stdout", self._on_stdout)]
+        self._pumps.append(_pipe_to(wasi, "stderr", self._on_stderr))
         if workspace is not None:
             wasi.preopen_dir(workspace, GUEST_ROOT, writable)
         store.set_wasi(wasi)
@@ -232,6 +237,7 @@ class GuestInstance:
         except wasmtime.ExitTrap as exc:
             why = f"the guest exited with code {exc.code}"
         except wasmtime.Trap as exc:
+            self._pumps[-1].caught_up()  # what it wrote before it trapped
             why = _trap(exc, self._stderr)
         except wasmtime.WasmtimeError as exc:
             why = f"the guest failed: {exc}"
@@ -263,6 +269,8 @@ class GuestInstance:
             return _EIO
 
     def _read_request(self, caller: Any, iovs: int, count: int, nread: int) -> int:
+        if not self._pending and self._current is not None:
+            self._pumps[0].caught_up()  # the reply it has just written is read first
         if not self._pending and self._current is None:
             call = self._requests.get()  # between calls only: the guest is idle
             if call is None or self._killed.is_set():
@@ -406,3 +414,57 @@ def _trap(exc: Any, stderr: bytearray) -> str:
     tail = stderr.decode("utf-8", "replace").strip()[-600:]
     said = f"; its stderr ends:\n{tail}" if tail else ""
     return f"the guest trapped ({exc.message.splitlines()[0]}){said}"
+
+
+@attrs.define(eq=False)
+class _Pump:
+    """A thread that hands what the guest writes to one stream to a method of ours."""
+
+    fd: int
+    lock: threading.Lock = attrs.Factory(threading.Lock)
+
+    def caught_up(self, limit: float = 1.0) -> None:
+        """Wait (``limit`` seconds at most) until what was written so far has been handed over."""
+        end = time.monotonic() + limit
+        while time.monotonic() < end:
+            try:
+                pending = select.select([self.fd], [], [], 0)[0]
+            except (OSError, ValueError):  # closed: everything was handed over
+                return
+            if not pending:
+                break
+            time.sleep(0.001)
+        with self.lock:  # a read in hand is handed over before this returns
+            pass
+
+
+def _pipe_to(wasi: Any, stream: str, method: Callable[[bytes], None]) -> _Pump:
+    """Point the guest's ``stream`` at a pipe whose reading end a thread of ours drains
+    into ``method`` (through a weak reference, as ``_weak``), until the guest's end closes."""
+    read, write = os.pipe()
+    try:
+        setattr(wasi, f"{stream}_file", f"/proc/self/fd/{write}")  # wasmtime opens its own
+    except BaseException:
+        os.close(read)
+        raise
+    finally:
+        os.close(write)
+    pump = _Pump(read)
+    handle = _weak(method, None)
+    threading.Thread(
+        target=_pump, args=(pump, handle), name=f"toolexec-wasm-{stream}", daemon=True
+    ).start()
+    return pump
+
+
+def _pump(pump: _Pump, handle: Callable[[bytes], None]) -> None:
+    try:
+        while True:
+            select.select([pump.fd], [], [])  # wait outside the lock: ``caught_up`` takes it
+            with pump.lock:
+                data = os.read(pump.fd, 65536)
+                if not data:
+                    return
+                handle(data)
+    finally:
+        os.close(pump.fd)
