@@ -545,19 +545,21 @@ async def test_a_call_leased_by_another_owner_is_waited_for_then_replayed(tmp_pa
     calls = [ToolCall("w", "append", {"line": "x"})]
     first = ToolExecutor(
         make_registry(world),
-        journal=await journal_at(tmp_path / "j.db", lease=0.3, poll_interval=0.01),
+        journal=await journal_at(tmp_path / "j.db", lease=2.0, poll_interval=0.01),
     )
     second = ToolExecutor(
         make_registry(world),
-        journal=await journal_at(tmp_path / "j.db", lease=0.3, poll_interval=0.01),
+        journal=await journal_at(tmp_path / "j.db", lease=2.0, poll_interval=0.01),
     )
     store = SQLiteStore(tmp_path / "j.db")
     key = CallKey("s1", "root", "b", "w")
     world.hold = trio.Event()
-    outcomes: list[Any] = []
+    outcomes: dict[str, Any] = {}
 
     async def run(executor: ToolExecutor) -> None:
-        outcomes.append(await executor.execute_batch(calls, batch_key="b"))
+        # By executor, not by when each returned: the one that waited may return first.
+        name = "ran" if executor is first else "waited"
+        outcomes[name] = await executor.execute_batch(calls, batch_key="b")
 
     async with trio.open_nursery() as nursery:
         nursery.start_soon(run, first)
@@ -581,7 +583,7 @@ async def test_a_call_leased_by_another_owner_is_waited_for_then_replayed(tmp_pa
         assert world.hold is not None
         world.hold.set()
     assert world.effects == ["append x"]
-    ran, waited = outcomes
+    ran, waited = outcomes["ran"], outcomes["waited"]
     assert ran.results[0].text == "appended x"
     assert waited.results[0].text == "appended x"
     assert waited.results[0].details == {"replayed": True}
