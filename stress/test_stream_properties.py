@@ -13,9 +13,10 @@ runs on a mock clock.
 
 The checks, for every example:
 
-- with no stop, or steering: the streamed outcome (results, plan, steering
-  messages) and the final store equal those of the same calls run as a
-  whole batch (``execute_batch``);
+- with no stop, or steering (whatever the feed read ahead of each call
+  with ``Batch.expect``: the call, other text, or nothing): the streamed
+  outcome (results, plan, steering messages) and the final store equal
+  those of the same calls run as a whole batch (``execute_batch``);
 - with ``Batch.cancel``: one result per call added, in order; a call whose
   tool never started is answered ``cancelled``, ``skipped`` or at once (not
   found, invalid); a call answered ``ok`` ran its tool to the end;
@@ -67,6 +68,9 @@ class Case:
     capped: bool  # ``get`` capped at one call at a time
     stop: Stop
     at: int  # ticks into the feed (cancel, scope) or polls (steer)
+    # What the feed reads ahead (``Batch.expect``) a gap before adding each call:
+    # nothing, the call itself, or other text for it (the model wrote on).
+    reads: tuple[Literal["none", "same", "other"], ...] = ()
 
 
 KEYS = st.sampled_from(["a", "b"])
@@ -98,6 +102,15 @@ def cases(draw: st.DrawFn) -> Case:
         capped=draw(st.booleans()),
         stop=draw(st.sampled_from(["none", "steer", "cancel", "scope"])),
         at=draw(st.integers(0, 12)),
+        reads=tuple(
+            draw(
+                st.lists(
+                    st.sampled_from(["none", "same", "other"]),
+                    min_size=len(specs),
+                    max_size=len(specs),
+                )
+            )
+        ),
     )
 
 
@@ -207,6 +220,12 @@ async def stream(case: Case, world: World) -> Streamed:
         for i in range(len(calls) + 1):
             if i == case.before_run:
                 run_now.set()
+            if i < len(calls) and case.reads[i] != "none":
+                call = calls[i]
+                other = json.dumps({"tag": "other", "key": "b"})
+                batch.expect(
+                    call if case.reads[i] == "same" else attrs.evolve(call, arguments=other)
+                )
             await trio.sleep(case.gaps[i])
             try:
                 if i < len(calls):

@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 
 from conftest import Scripted
 from toolexec import (
+    Allow,
     Batched,
     ConcurrencyConfig,
     ErrorClass,
@@ -32,6 +33,7 @@ from toolexec import (
     ToolRegistry,
     function_tool,
 )
+from toolexec.policy import CallHook
 
 
 def _store_registry(store: dict[str, int], log: list[str]) -> ToolRegistry:
@@ -78,6 +80,21 @@ CALL: st.SearchStrategy[tuple[str, dict[str, Any]]] = st.one_of(
 STRATEGY = st.sampled_from([Parallel(), Sequential(), Batched(2)])
 
 
+# What a feed reads ahead (``Batch.expect``) before adding a call: nothing; the call
+# itself; other arguments for the same tool (the text changed after it looked
+# complete); or the same text for another tool.
+READ_AHEAD = st.sampled_from(["none", "same", "other arguments", "other tool"])
+
+
+def _read_ahead(batch: Any, call: ToolCall, how: str) -> None:
+    if how == "same":
+        batch.expect(call)
+    elif how == "other arguments":
+        batch.expect(ToolCall(call.id, call.name, json.dumps({"key": "b", "value": 7})))
+    elif how == "other tool":
+        batch.expect(ToolCall(call.id, "get", call.arguments))
+
+
 def _run_both(
     specs: list[tuple[str, dict[str, Any]]],
     gaps: list[int],
@@ -85,8 +102,10 @@ def _run_both(
     steer_after: int | None,
     *,
     gated: bool = False,
+    reads: list[str] | None = None,
 ) -> tuple[Any, Any]:
-    """The same calls planned whole, then streamed with ``gaps`` between them."""
+    """The same calls planned whole, then streamed with ``gaps`` between them (each
+    read ahead as ``reads`` says, a gap before it is added)."""
 
     async def once(streamed: bool) -> Any:
         store: dict[str, int] = {}
@@ -114,7 +133,8 @@ def _run_both(
         batch = executor.open_batch()
 
         async def feed() -> None:
-            for call, gap in zip(calls, gaps, strict=False):
+            for call, gap, how in zip(calls, gaps, reads or ["none"] * len(calls), strict=False):
+                _read_ahead(batch, call, how)
                 await trio.sleep(gap)
                 batch.add(call)
             batch.close()
@@ -140,11 +160,19 @@ def _seen(outcome: Any) -> list[tuple[str, str, bool, ErrorClass | None]]:
     gaps=st.lists(st.integers(min_value=0, max_value=4), min_size=8, max_size=8),
     strategy=STRATEGY,
     steer_after=st.one_of(st.none(), st.integers(min_value=0, max_value=4)),
+    reads=st.lists(READ_AHEAD, min_size=8, max_size=8),
 )
 def test_a_streamed_batch_gives_what_the_whole_batch_gives(
-    specs: list[tuple[str, dict[str, Any]]], gaps: list[int], strategy: Any, steer_after: int | None
+    specs: list[tuple[str, dict[str, Any]]],
+    gaps: list[int],
+    strategy: Any,
+    steer_after: int | None,
+    reads: list[str],
 ) -> None:
-    (whole, whole_store), (streamed, streamed_store) = _run_both(specs, gaps, strategy, steer_after)
+    """Whatever was read ahead: a call is planned as it was finally added."""
+    (whole, whole_store), (streamed, streamed_store) = _run_both(
+        specs, gaps, strategy, steer_after, reads=reads
+    )
     assert _seen(streamed) == _seen(whole)
     assert streamed.plan == whole.plan
     assert streamed.steering_messages == whole.steering_messages
@@ -156,13 +184,17 @@ def test_a_streamed_batch_gives_what_the_whole_batch_gives(
     specs=st.lists(CALL, max_size=6),
     gaps=st.lists(st.integers(min_value=0, max_value=4), min_size=6, max_size=6),
     steer_after=st.one_of(st.none(), st.integers(min_value=0, max_value=3)),
+    reads=st.lists(READ_AHEAD, min_size=6, max_size=6),
 )
 def test_streamed_calls_that_wait_for_a_human_or_a_tool_cap_agree_too(
-    specs: list[tuple[str, dict[str, Any]]], gaps: list[int], steer_after: int | None
+    specs: list[tuple[str, dict[str, Any]]],
+    gaps: list[int],
+    steer_after: int | None,
+    reads: list[str],
 ) -> None:
     """Writes are approved after a tick (bumps refused); reads are capped at one."""
     (whole, whole_store), (streamed, streamed_store) = _run_both(
-        specs, gaps, Parallel(), steer_after, gated=True
+        specs, gaps, Parallel(), steer_after, gated=True, reads=reads
     )
     assert _seen(streamed) == _seen(whole)
     assert streamed.plan == whole.plan
@@ -229,6 +261,87 @@ async def test_a_call_streamed_while_every_call_waits_wakes_a_waiting_worker(
         assert living().tasks_living == before == baseline + 5 + 1
         batch.close()
     assert len(ran_in) == 10
+
+
+async def test_reading_a_call_ahead_asks_no_hook_or_policy_and_starts_nothing(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """``expect`` reads the tool and arguments only; the hook and the policy are asked
+    once, at ``add``, with the call as added, and only then does the tool start."""
+    log: list[str] = []
+
+    class Recorder(CallHook):
+        def before_call(self, call: ToolCall, arguments: Any, agent_path: str) -> None:
+            log.append(f"hook {call.arguments}")
+
+    class Allowing:
+        def decide(self, tool: Any, arguments: Any, agent_path: str) -> Allow:
+            log.append(f"policy {arguments}")
+            return Allow()
+
+    executor = ToolExecutor(_store_registry({}, log), policy=Allowing(), hooks=[Recorder()])
+    batch = executor.open_batch()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(batch.run)
+        batch.expect(ToolCall("1", "get", '{"key": "a"}'))
+        await trio.testing.wait_all_tasks_blocked()
+        assert log == []
+        batch.add(ToolCall("1", "get", '{"key": "a"}'))
+        await trio.testing.wait_all_tasks_blocked()
+        assert log == ['hook {"key": "a"}', "policy {'key': 'a'}", "start get a"]
+        batch.close()
+
+
+async def test_a_call_that_changed_after_it_was_read_ahead_is_read_afresh() -> None:
+    """The model wrote on past the brace that closed the object: the call's text as
+    added is invalid, whatever was read ahead; other valid text is the one used."""
+    executor = ToolExecutor(_store_registry({"a": 1, "b": 2}, []))
+    batch = executor.open_batch()
+    batch.expect(ToolCall("1", "get", '{"key": "a"}'))
+    batch.add(ToolCall("1", "get", '{"key": "a"}}'))
+    batch.expect(ToolCall("2", "get", '{"key": "a"}'))
+    batch.add(ToolCall("2", "get", '{"key": "b"}'))
+    batch.expect(ToolCall("3", "get", '{"key": "a"}'))
+    batch.add(ToolCall("3", "nope", '{"key": "a"}'))
+    batch.close()
+    outcome = await batch.run()
+    assert [r.error_class for r in outcome.results] == [
+        ErrorClass.INVALID_ARGUMENTS,
+        None,
+        ErrorClass.NOT_FOUND,
+    ]
+    assert outcome.results[1].text == "b=2"
+
+
+async def test_a_tool_registered_again_after_the_read_ahead_is_the_one_that_runs() -> None:
+    registry = _store_registry({"a": 1}, [])
+    executor = ToolExecutor(registry)
+    batch = executor.open_batch()
+    batch.expect(ToolCall("1", "get", '{"key": "a"}'))
+    registry.unregister("get")
+
+    @function_tool(side_effects=SideEffects.READ)
+    async def get(name: str) -> str:
+        """The new ``get``: takes ``name``."""
+        return name
+
+    registry.register(get)
+    batch.add(ToolCall("1", "get", '{"key": "a"}'))
+    batch.close()
+    (result,) = (await batch.run()).results
+    assert result.error_class is ErrorClass.INVALID_ARGUMENTS
+    assert "name" in result.text
+
+
+async def test_reading_ahead_checks_its_call_and_is_a_no_op_once_closed() -> None:
+    executor = ToolExecutor(_store_registry({}, []))
+    batch = executor.open_batch()
+    with pytest.raises(TypeError, match=r"Batch\.expect takes a ToolCall"):
+        batch.expect({"id": "1"})  # type: ignore[arg-type]
+    batch.close()
+    batch.expect(ToolCall("1", "get", '{"key": "a"}'))  # nothing to read ahead for
+    assert (await batch.run()).results == ()
+    executor.prepare([]).expect(ToolCall("1", "get", "{}"))  # a whole batch: nothing
 
 
 async def test_a_closed_or_whole_batch_refuses_calls() -> None:

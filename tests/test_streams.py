@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+import pytest
 import trio
 import trio.testing
 
@@ -385,3 +386,99 @@ async def test_a_cut_short_call_gets_an_invalid_arguments_result() -> None:
     feed.close()
     outcome = await batch.run()
     assert [r.error_class for r in outcome.results] == [ErrorClass.INVALID_ARGUMENTS]
+
+
+def _anthropic_past_the_brace() -> list[dict[str, Any]]:
+    def delta(text: str) -> dict[str, Any]:
+        return {
+            "type": "content_block_delta",
+            "index": 0,
+            "delta": {"type": "input_json_delta", "partial_json": text},
+        }
+
+    start = {"type": "tool_use", "id": "t1", "name": "weather", "input": {}}
+    return [
+        {"type": "content_block_start", "index": 0, "content_block": start},
+        delta('{"city": "Paris"}'),
+        delta("}"),
+        {"type": "content_block_stop", "index": 0},
+        {"type": "message_stop"},
+    ]
+
+
+def _chat_past_the_brace() -> list[dict[str, Any]]:
+    def chunk(call: dict[str, Any] | None, finish: str | None = None) -> dict[str, Any]:
+        delta = {"tool_calls": [call]} if call else {}
+        return {"choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+
+    return [
+        chunk({"index": 0, "id": "t1", "function": {"name": "weather", "arguments": ""}}),
+        chunk({"index": 0, "function": {"arguments": '{"city": "Paris"}'}}),
+        chunk({"index": 0, "function": {"arguments": "}"}}),
+        chunk(None, "tool_calls"),
+    ]
+
+
+def _responses_past_the_brace() -> list[dict[str, Any]]:
+    item = {"type": "function_call", "id": "fc_1", "call_id": "t1", "name": "weather"}
+    return [
+        {"type": "response.output_item.added", "output_index": 0, "item": item},
+        {"type": "response.function_call_arguments.delta", "item_id": "fc_1", "delta": '{"city"'},
+        {
+            "type": "response.function_call_arguments.delta",
+            "item_id": "fc_1",
+            "delta": ': "Paris"}',
+        },
+        {"type": "response.function_call_arguments.delta", "item_id": "fc_1", "delta": "}"},
+        {
+            "type": "response.function_call_arguments.done",
+            "item_id": "fc_1",
+            "arguments": '{"city": "Paris"}}',
+        },
+        {"type": "response.completed"},
+    ]
+
+
+@pytest.mark.parametrize(
+    ("feed_of", "events"),
+    [
+        (AnthropicFeed, _anthropic_past_the_brace()),
+        (OpenAIChatFeed, _chat_past_the_brace()),
+        (OpenAIResponsesFeed, _responses_past_the_brace()),
+    ],
+)
+async def test_a_call_the_model_writes_on_past_its_closing_brace_is_invalid_as_written(
+    feed_of: Any, events: list[dict[str, Any]]
+) -> None:
+    """A feed reads a call ahead once its text looks complete, but the call that is
+    added, and answered, is the text the stream ended it with."""
+    started: list[str] = []
+    batch = _executor(started).open_batch()
+    feed = feed_of(batch)
+    for event in events:
+        feed.feed(event)
+    outcome = await batch.run()
+    assert [r.error_class for r in outcome.results] == [ErrorClass.INVALID_ARGUMENTS]
+    assert batch.calls[0].arguments == '{"city": "Paris"}}'
+    assert started == []
+
+
+async def test_the_responses_done_event_s_arguments_are_the_ones_used(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """The deltas read ahead one call; ``arguments.done`` says another: it is run."""
+    started: list[str] = []
+    batch = _executor(started).open_batch()
+    feed = OpenAIResponsesFeed(batch)
+    item = {"type": "function_call", "id": "fc_1", "call_id": "t1", "name": "weather"}
+    feed.feed({"type": "response.output_item.added", "output_index": 0, "item": item})
+    for text in ('{"city": ', '"Paris"}'):
+        feed.feed(
+            {"type": "response.function_call_arguments.delta", "item_id": "fc_1", "delta": text}
+        )
+    done = {"item_id": "fc_1", "arguments": '{"city": "Oslo"}'}
+    feed.feed({"type": "response.function_call_arguments.done", **done})
+    feed.feed({"type": "response.completed"})
+    outcome = await batch.run()
+    assert [r.text for r in outcome.results] == ["sunny in Oslo"]
+    assert started == ["Oslo"]

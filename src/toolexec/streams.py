@@ -35,6 +35,12 @@ feed's ``close`` adds it as it stands) gets an ``invalid_arguments`` result
 rather than raising here. Events of other kinds (text, reasoning, usage)
 are ignored. Feeds are synchronous and cheap: call ``feed`` from the trio
 task that reads the stream.
+
+A feed reads each call ahead (``Batch.expect``) once its argument text
+looks complete, so that when the provider's event that ends the call
+arrives, only the hooks, the policy and the approval settings are left to
+ask before the tool starts. The call added is always the text the stream
+ended it with: if that differs from what was read ahead, it is read afresh.
 """
 
 from __future__ import annotations
@@ -65,16 +71,31 @@ class _Feed:
         self.batch = batch
         # key -> [call id, tool name, argument text so far]
         self._open: dict[Any, list[str]] = {}
+        # key -> the call as last handed to ``Batch.expect``
+        self._expected: dict[Any, ToolCall] = {}
         self._closed = False
 
     def _start(self, key: Any, call_id: Any, name: Any, arguments: Any = "") -> None:
         self._open[key] = [str(call_id or ""), str(name or ""), str(arguments or "")]
 
+    def _more(self, key: Any, parts: list[str], text: str) -> None:
+        """Append argument text; if the call may be complete now, let the batch read ahead."""
+        parts[2] += text
+        if parts[2].rstrip().endswith("}"):
+            call = ToolCall(*parts)
+            self._expected[key] = call
+            self.batch.expect(call)
+
     def _finish(self, key: Any, arguments: str | None = None) -> None:
         parts = self._open.pop(key, None)
+        expected = self._expected.pop(key, None)
         if parts is not None:
             call_id, name, text = parts
-            self.batch.add(ToolCall(call_id, name, text if arguments is None else arguments))
+            text = text if arguments is None else arguments
+            call = ToolCall(call_id, name, text) if expected is None else expected
+            if call.arguments != text or call.id != call_id or call.name != name:
+                call = ToolCall(call_id, name, text)  # it grew or changed since
+            self.batch.add(call)
 
     def close(self) -> None:
         """The stream ended: add any call still open (as it stands), then close the batch."""
@@ -116,7 +137,7 @@ class OpenAIChatFeed(_Feed):
             parts[0] = str(_get(delta, "id"))
         if _get(function, "name") and not parts[1]:
             parts[1] = str(_get(function, "name"))
-        parts[2] += _get(function, "arguments") or ""
+        self._more(index, parts, _get(function, "arguments") or "")
 
 
 class OpenAIResponsesFeed(_Feed):
@@ -131,9 +152,9 @@ class OpenAIResponsesFeed(_Feed):
                 key = _get(item, "id") or _get(event, "output_index")
                 self._start(key, _get(item, "call_id"), _get(item, "name"), _get(item, "arguments"))
         elif kind == "response.function_call_arguments.delta":
-            parts = self._open.get(_get(event, "item_id"))
+            parts = self._open.get(key := _get(event, "item_id"))
             if parts is not None:
-                parts[2] += _get(event, "delta") or ""
+                self._more(key, parts, _get(event, "delta") or "")
         elif kind == "response.function_call_arguments.done":
             self._finish(_get(event, "item_id"), _get(event, "arguments"))
         elif kind == "response.output_item.done":
@@ -160,7 +181,7 @@ class AnthropicFeed(_Feed):
             delta = _get(event, "delta")
             parts = self._open.get(_get(event, "index"))
             if parts is not None and _get(delta, "type") == "input_json_delta":
-                parts[2] += _get(delta, "partial_json") or ""
+                self._more(_get(event, "index"), parts, _get(delta, "partial_json") or "")
         elif kind == "content_block_stop":
             self._finish(_get(event, "index"))
         elif kind == "message_stop":

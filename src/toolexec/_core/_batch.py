@@ -47,6 +47,7 @@ if TYPE_CHECKING:
     from ._journaling import BatchJournal
     from ._limits import Pools
     from ._plan import BatchPlan, ExecutionStrategy, RunPlan
+    from ._routing import Expected, Planner
 
 __all__ = ["Batch", "BatchOutcome", "Steering", "Stream"]
 
@@ -144,12 +145,37 @@ class Batch:
             )
         slot = CallSlot(len(self._slots), call)
         self._slots.append(slot)
-        stream.plan_call(slot)
+        stream.planner.plan_call(slot, stream.expected.pop(call.id, None))
         if slot.state is State.DONE:  # answered at once; it splits no run
             if self._started:
                 self._report.settle(slot)
             return
         stream.place(slot)
+
+    def expect(self, call: ToolCall) -> None:
+        """Say that a call being streamed may be complete as it stands: read ahead.
+
+        A feed calls this when a call's JSON text looks complete, before the
+        provider's event that ends the call. The batch looks its tool up and
+        parses and validates the arguments now, so that ``add`` of the same
+        call (same id, name and text) only asks the hooks, the policy and the
+        rest. Nothing is added and nothing starts; no hook or policy is asked
+        until ``add``. A call added with other text is read afresh, so
+        results never depend on it. Does nothing for a batch that takes no
+        more calls.
+
+        Raises:
+            TypeError: ``call`` is not a ``ToolCall``.
+        """
+        if not isinstance(call, ToolCall):
+            raise TypeError(f"Batch.expect takes a ToolCall, got {call!r}")
+        stream = self._stream
+        if stream is not None and not stream.closed and not self._finished:
+            expected = stream.planner.expect(call)
+            if expected is not None:
+                stream.expected[call.id] = expected
+            else:
+                stream.expected.pop(call.id, None)
 
     def close(self) -> None:
         """End a streamed batch: no more calls. ``run`` returns once every call has its result.
@@ -394,13 +420,13 @@ class Batch:
 class Stream:
     """The planning half of a streamed batch: its runs as they open, and the live one.
 
-    ``plan_call`` plans a call (the executor's planner), ``strategy`` places
-    it in a run (with ``resource_conflicts``, as ``_resources.keyed_place``
-    does) and ``make_plan`` turns the calls and their runs into the batch's
-    plan once they are all known.
+    ``planner`` plans a call (the executor's), ``strategy`` places it in a
+    run (with ``resource_conflicts``, as ``_resources.keyed_place`` does) and
+    ``make_plan`` turns the calls and their runs into the batch's plan once
+    they are all known.
     """
 
-    plan_call: Callable[[CallSlot], None]
+    planner: Planner
     strategy: ExecutionStrategy
     make_plan: Callable[
         [Sequence[CallSlot], Sequence[tuple[RoutingClass, list[int], bool]]], BatchPlan
@@ -412,6 +438,8 @@ class Stream:
     # What runs the last run's calls, while it runs.
     workers: WorkerPool | KeyedRun | None = None
     closed: bool = False
+    # Calls read ahead (``Batch.expect``), by call id, until added.
+    expected: dict[str, Expected] = attrs.field(factory=dict)
     _changed: trio.Event | None = None
 
     def place(self, slot: CallSlot) -> None:
@@ -440,6 +468,7 @@ class Stream:
         """No more calls."""
         if not self.closed:
             self.closed = True
+            self.expected.clear()
             if self.workers is not None:
                 self.workers.close()
             self._wake()

@@ -349,7 +349,7 @@ class ToolExecutor:
             )
         slots: list[CallSlot] = []
         stream = Stream(
-            self._planner.plan_call,
+            self._planner,
             self.strategy,
             self._plan,
             resource_conflicts=self.resource_conflicts,

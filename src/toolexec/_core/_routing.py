@@ -37,9 +37,9 @@ if TYPE_CHECKING:
     from .._gate._policy import ToolPolicy
     from ._backend import Backend
     from ._registry import RegisteredTool, ToolRegistry
-    from ._types import PathResolver, ToolResult
+    from ._types import PathResolver, ToolCall, ToolResult
 
-__all__ = ["Planner"]
+__all__ = ["Expected", "Planner", "valid_arguments"]
 
 _log = logging.getLogger("toolexec")
 
@@ -96,22 +96,49 @@ class Planner:
         )
         object.__setattr__(self, "_auto_only", all(m is ApprovalMode.AUTO for m in modes))
 
-    def plan_call(self, slot: CallSlot) -> None:
-        """Answer the call at once, or route it and queue it."""
-        failure = (
-            self._lookup(slot)
-            or self._parse(slot)
-            or self._validate(slot)
-            or (self._hooks(slot) if self.hooks else None)
-            or self._decide(slot)
-            or self._approval_mode(slot)
-            or self._backend(slot)
-        )
+    def plan_call(self, slot: CallSlot, expected: Expected | None = None) -> None:
+        """Answer the call at once, or route it and queue it.
+
+        ``expected``: what ``expect`` read from the same call's text before
+        it was complete; used if the call is that text and its tool is still
+        the one registered, otherwise the call is read afresh.
+        """
+        if expected is not None and expected.fits(slot.call, self.registry):
+            slot.entry, slot.arguments = expected.entry, expected.arguments
+            failure = self._gate(slot)
+        else:
+            failure = (
+                self._lookup(slot) or self._parse(slot) or self._validate(slot) or self._gate(slot)
+            )
         if failure is not None:
             slot.finish(failure)
             return
         slot.routing = self._route(slot)
         slot.advance(State.QUEUED)
+
+    def expect(self, call: ToolCall) -> Expected | None:
+        """Read a call's tool and arguments ahead of ``plan_call``; ``None`` if they
+        do not make a valid call (``plan_call`` then says why).
+
+        Only what is toolexec's own and free of effects is done here: the
+        lookup, the JSON and the schema. Hooks, policy and approval are asked
+        at ``plan_call``, once, with the call as it finally stands.
+        """
+        entry = self.registry.lookup(call.name)
+        text = call.arguments
+        if entry is None or type(text) is not str or (value := _object_of(text)) is None:
+            return None
+        arguments = valid_arguments(entry, value)
+        return None if arguments is None else Expected(call.name, text, entry, arguments)
+
+    def _gate(self, slot: CallSlot) -> ToolResult | None:
+        """The steps after the arguments: hooks, policy, approval mode, backend."""
+        return (
+            (self._hooks(slot) if self.hooks else None)
+            or self._decide(slot)
+            or self._approval_mode(slot)
+            or self._backend(slot)
+        )
 
     def _lookup(self, slot: CallSlot) -> ToolResult | None:
         slot.entry = self.registry.lookup(slot.call.name)
@@ -147,13 +174,10 @@ class Planner:
     def _validate(self, slot: CallSlot, *, rewritten: bool = False) -> ToolResult | None:
         entry = slot.entry
         assert entry is not None
-        try:
-            if entry.schema.is_valid(slot.arguments):
-                if entry.integers:
-                    slot.arguments = integral_arguments(entry, slot.arguments)
-                return None
-        except (TypeError, ValueError):
-            pass  # a value JSON has no type for: violations_of words it
+        arguments = valid_arguments(entry, slot.arguments)
+        if arguments is not None:
+            slot.arguments = arguments
+            return None
         violations = violations_of(entry, slot.arguments)
         if not violations:
             return None
@@ -249,6 +273,35 @@ class Planner:
         if definition.name in self.promoted:
             return RoutingClass.CONCURRENT_MUT
         return RoutingClass.SERIAL_MUT
+
+
+@attrs.frozen
+class Expected:
+    """A call's tool and validated arguments, read before the call was complete."""
+
+    name: str
+    text: str
+    entry: RegisteredTool
+    arguments: dict[str, Any]
+
+    def fits(self, call: ToolCall, registry: ToolRegistry) -> bool:
+        """Whether ``call`` is the call this was read from, its tool unchanged."""
+        return (
+            call.arguments == self.text
+            and call.name == self.name
+            and registry.lookup(self.name) is self.entry
+        )
+
+
+def valid_arguments(entry: RegisteredTool, arguments: dict[str, Any]) -> dict[str, Any] | None:
+    """``arguments`` as the tool takes them (integers made ``int``), or ``None``
+    if they break its schema (``violations_of`` says how)."""
+    try:
+        if entry.schema.is_valid(arguments):
+            return integral_arguments(entry, arguments) if entry.integers else arguments
+    except (TypeError, ValueError):
+        pass  # a value JSON has no type for: violations_of words it
+    return None
 
 
 def _classified_read_only(entry: RegisteredTool, arguments: Mapping[str, Any]) -> bool:
