@@ -191,14 +191,15 @@ class AgentLoop:
                 break
             await self._save(at)
         if stop is not StopReason.CANCELLED:
-            await self._save(attrs.evolve(at, stop=stop.value))
+            await self._save(at, stop.value)
         return self._result(at, stop)
 
     async def _ask(self, at: _Progress, tools: Sequence[Any]) -> ModelResponse:
         """One model turn: its answer, appended to the conversation."""
         at.turn += 1
         response = await self.model.respond(tuple(at.messages), tools)
-        at.usage += response.usage
+        if response.usage.input_tokens or response.usage.output_tokens:
+            at.usage += response.usage
         at.text = response.text
         at.messages.append(
             Message(
@@ -234,11 +235,12 @@ class AgentLoop:
                 )
         return _Progress(self._opening(prompt))
 
-    async def _save(self, at: _Progress) -> None:
-        """Checkpoint the loop in the executor's journal, if it has one."""
+    async def _save(self, at: _Progress, stop: str | None = None) -> None:
+        """Checkpoint the loop in the executor's journal, if it has one (``stop``: why
+        it stopped, once it has)."""
         journal = self.executor.journal
         if journal is not None:
-            state = Checkpoint(tuple(at.messages), at.turn, at.calls, at.usage, at.stop)
+            state = Checkpoint(tuple(at.messages), at.turn, at.calls, at.usage, stop or at.stop)
             await save_checkpoint(journal, self.checkpoint_key, state)
 
     def _result(self, at: _Progress, stop: StopReason) -> AgentResult:
