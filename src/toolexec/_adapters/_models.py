@@ -91,7 +91,31 @@ class _Adapter(abc.ABC):
 
 
 @attrs.define(eq=False)
-class OpenAIChatModel(_Adapter):
+class _OpenAIAdapter(_Adapter):
+    """The two OpenAI APIs: one client; the conversation goes under one key."""
+
+    def _default_client(self) -> Any:
+        import openai
+
+        return openai.AsyncOpenAI()
+
+    def _params(
+        self,
+        key: str,
+        messages: Sequence[Message],
+        tools: Sequence[ToolDefinition],
+        fmt: formats.FormatName,
+    ) -> dict[str, Any]:
+        """The request: the model, the conversation under ``key``, the options and tools."""
+        params: dict[str, Any] = {"model": self.model, key: _conversation(messages, fmt)}
+        params.update(self.options)
+        if tools:
+            params["tools"] = formats.render_tools(tools, fmt)
+        return params
+
+
+@attrs.define(eq=False)
+class OpenAIChatModel(_OpenAIAdapter):
     """A ``Model`` over OpenAI Chat Completions (``client.chat.completions.create``).
 
     Works with any server speaking that API (pass a client with its
@@ -105,28 +129,17 @@ class OpenAIChatModel(_Adapter):
         options: extra request parameters (``temperature``, ``max_tokens``...).
     """
 
-    def _default_client(self) -> Any:
-        import openai
-
-        return openai.AsyncOpenAI()
-
     async def respond(
         self, messages: Sequence[Message], tools: Sequence[ToolDefinition]
     ) -> ModelResponse:
         """Send the conversation and tools; return the text and tool calls."""
-        params: dict[str, Any] = {
-            "model": self.model,
-            "messages": _conversation(messages, "openai-chat"),
-            **self.options,
-        }
-        if tools:
-            params["tools"] = formats.render_tools(tools, "openai-chat")
+        params = self._params("messages", messages, tools, "openai-chat")
         completion = await self._client().chat.completions.create(**params)
         return formats.parse_response(completion, "openai-chat")
 
 
 @attrs.define(eq=False)
-class OpenAIResponsesModel(_Adapter):
+class OpenAIResponsesModel(_OpenAIAdapter):
     """A ``Model`` over the OpenAI Responses API (``client.responses.create``).
 
     The whole conversation is sent as ``input`` on every turn (nothing is
@@ -134,22 +147,11 @@ class OpenAIResponsesModel(_Adapter):
     ``OpenAIChatModel``.
     """
 
-    def _default_client(self) -> Any:
-        import openai
-
-        return openai.AsyncOpenAI()
-
     async def respond(
         self, messages: Sequence[Message], tools: Sequence[ToolDefinition]
     ) -> ModelResponse:
         """Send the conversation and tools; return the text and tool calls."""
-        params: dict[str, Any] = {
-            "model": self.model,
-            "input": _conversation(messages, "openai-responses"),
-            **self.options,
-        }
-        if tools:
-            params["tools"] = formats.render_tools(tools, "openai-responses")
+        params = self._params("input", messages, tools, "openai-responses")
         response = await self._client().responses.create(**params)
         return formats.parse_response(response, "openai-responses")
 
