@@ -402,7 +402,7 @@ async def test_cancelling_a_streamed_batch_while_a_worker_waits_for_calls_leaves
     assert executor.statistics().calls_in_flight == 0
 
 
-async def test_add_or_close_from_another_thread_is_refused_and_the_batch_goes_on(
+async def test_expect_add_or_close_from_another_thread_is_refused_and_the_batch_goes_on(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
     executor = ToolExecutor(_store_registry({"a": 1}, []))
@@ -410,14 +410,15 @@ async def test_add_or_close_from_another_thread_is_refused_and_the_batch_goes_on
     refused: list[str] = []
 
     def feeder() -> None:  # a worker thread, as a blocking SDK's stream reader would be
-        try:
-            batch.add(ToolCall("1", "get", {"key": "a"}))
-        except RuntimeError as exc:
-            refused.append(str(exc))
-        try:
-            batch.close()
-        except RuntimeError as exc:
-            refused.append(str(exc))
+        for refused_call in (
+            lambda: batch.expect(ToolCall("1", "get", '{"key": "a"}')),
+            lambda: batch.add(ToolCall("1", "get", {"key": "a"})),
+            batch.close,
+        ):
+            try:
+                refused_call()
+            except RuntimeError as exc:
+                refused.append(str(exc))
         trio.from_thread.run_sync(batch.add, ToolCall("2", "get", {"key": "a"}))
         trio.from_thread.run_sync(batch.close)
 
@@ -425,7 +426,7 @@ async def test_add_or_close_from_another_thread_is_refused_and_the_batch_goes_on
         nursery.start_soon(trio.to_thread.run_sync, feeder)
         outcome = await batch.run()
     assert [r.text for r in outcome.results] == ["a=1"]  # only the call added in the run
-    assert len(refused) == 2
+    assert len(refused) == 3
     assert all("outside the trio run" in text and "trio.from_thread" in text for text in refused)
 
 

@@ -166,9 +166,12 @@ class Batch:
 
         Raises:
             TypeError: ``call`` is not a ``ToolCall``.
+            RuntimeError: this thread runs no trio run, or another trio run
+                than the batch's (as for ``add``).
         """
         if not isinstance(call, ToolCall):
             raise TypeError(f"Batch.expect takes a ToolCall, got {call!r}")
+        self._check_thread("expect", "batch.expect, call")
         stream = self._stream
         if stream is not None and not stream.closed and not self._finished:
             expected = stream.planner.expect(call)
