@@ -11,7 +11,7 @@ calls start, what a closed batch refuses, and cancellation.
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 import trio
@@ -34,6 +34,9 @@ from toolexec import (
     function_tool,
 )
 from toolexec.policy import CallHook
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 
 def _store_registry(store: dict[str, int], log: list[str]) -> ToolRegistry:
@@ -410,13 +413,14 @@ async def test_expect_add_or_close_from_another_thread_is_refused_and_the_batch_
     refused: list[str] = []
 
     def feeder() -> None:  # a worker thread, as a blocking SDK's stream reader would be
-        for refused_call in (
+        attempts: list[Callable[[], None]] = [
             lambda: batch.expect(ToolCall("1", "get", '{"key": "a"}')),
             lambda: batch.add(ToolCall("1", "get", {"key": "a"})),
             batch.close,
-        ):
+        ]
+        for attempt in attempts:
             try:
-                refused_call()
+                attempt()
             except RuntimeError as exc:
                 refused.append(str(exc))
         trio.from_thread.run_sync(batch.add, ToolCall("2", "get", {"key": "a"}))
