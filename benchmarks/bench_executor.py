@@ -26,7 +26,8 @@ the bare executor of that round (a second table):
 4. the gate: the same calls through an executor with a ``RulePolicy`` of 20
    rules (the call matching the last; one rule before it checks the path
    argument) and ``ApprovalConfig.auto()`` with an approver, target <= 1.25x
-   at N = 10, 100, 1000;
+   at N = 10, 100, 1000; and the same rules in a ``ComposedPolicy`` beside a
+   ``CapabilityPolicy`` that grants the tool by pattern, same target;
 5. an agent turn: ``AgentLoop.run`` whose model asks for the N calls, then
    answers when shown their results (one loop per run), target <= 2x at
    N = 1 (the per-turn cost outside the batch).
@@ -62,13 +63,22 @@ from toolexec import (
 )
 from toolexec.approval import ApprovalConfig, AutoApprover
 from toolexec.models import ModelResponse
-from toolexec.policy import CommandPrefix, PathGlob, Rule, RulePolicy
+from toolexec.policy import (
+    Capabilities,
+    CapabilityPolicy,
+    CommandPrefix,
+    ComposedPolicy,
+    PathGlob,
+    Rule,
+    RulePolicy,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Sequence
 
     from toolexec import ToolDefinition
     from toolexec.models import Message
+    from toolexec.policy import ToolPolicy
 
 SIZES = (1, 10, 100, 1000)
 CALLS_PER_SAMPLE = 2000  # small batches are repeated so a sample lasts long enough
@@ -133,14 +143,23 @@ def twenty_rules() -> RulePolicy:
     return RulePolicy(rules, default="deny")
 
 
-def make_gated_executor() -> ToolExecutor:
-    """The executor behind a 20-rule policy, every call approved automatically."""
+def make_gated_executor(policy: ToolPolicy | None = None) -> ToolExecutor:
+    """The executor behind a 20-rule policy (or ``policy``), every call approved automatically."""
     registry = ToolRegistry()
     for fn in (noop, noop_awaiting):
         registry.register(function_tool(side_effects=SideEffects.READ)(fn))
     return ToolExecutor(
-        registry, policy=twenty_rules(), approver=AutoApprover(), approval=ApprovalConfig.auto()
+        registry,
+        policy=policy or twenty_rules(),
+        approver=AutoApprover(),
+        approval=ApprovalConfig.auto(),
     )
+
+
+def composed_policy() -> ComposedPolicy:
+    """The 20 rules beside per-agent capabilities (the tool granted by pattern)."""
+    caps = CapabilityPolicy({"root": Capabilities(tools=("read_*", "noop*", "grep"))})
+    return ComposedPolicy([twenty_rules(), caps])
 
 
 class TurnModel:
@@ -219,7 +238,9 @@ async def per_call(
     }
     if gate:
         gated, model = make_gated_executor(), TurnModel(calls)
+        composed = make_gated_executor(composed_policy())
         sides["gated"] = lambda: gated.execute_batch(calls)
+        sides["composed"] = lambda: composed.execute_batch(calls)
         sides["agent"] = lambda: AgentLoop(model, executor).run("go")
     samples: dict[str, list[float]] = {name: [] for name in sides}
     for run in sides.values():  # warm up every path
@@ -353,14 +374,18 @@ def print_gate_and_turn(by_size: dict[int, dict[str, float]]) -> None:
     print(
         f"{'same runs, against the executor':<34}{'this':>12}{'executor':>12}{'ratio':>8}  target"
     )
-    for n, times in by_size.items():
-        ratio = times["gated"] / times["executor"]
-        target = verdict(ratio, TARGET_GATE) if n > 1 else ""
-        label = f"gate 20 rules + auto, N={n}"
-        print(
-            f"{label:<34}{times['gated'] * 1e6:>12.1f}{times['executor'] * 1e6:>12.1f}"
-            f"{ratio:>7.2f}x  {target}"
-        )
+    for side, name in (
+        ("gated", "gate 20 rules + auto"),
+        ("composed", "  + capabilities, composed"),
+    ):
+        for n, times in by_size.items():
+            ratio = times[side] / times["executor"]
+            target = verdict(ratio, TARGET_GATE) if n > 1 else ""
+            label = f"{name}, N={n}"
+            print(
+                f"{label:<34}{times[side] * 1e6:>12.1f}{times['executor'] * 1e6:>12.1f}"
+                f"{ratio:>7.2f}x  {target}"
+            )
     for n, times in by_size.items():
         ratio = times["agent"] / times["executor"]
         target = verdict(ratio, TARGET_TURN) if n == 1 else ""

@@ -1,7 +1,10 @@
 """The gate decides exactly as its plain definition says, however it caches.
 
 ``RulePolicy`` keeps per tool what its rules decide when they cannot look
-at the arguments, and its matchers are compiled once; the planner skips
+at the arguments, and its matchers are compiled once; ``CapabilityPolicy``
+keeps per agent and tool whether the tool is granted; ``ComposedPolicy``
+keeps its last combination per agent and tool (checked against policies
+made afresh for every call); the planner skips
 the approval mode when every mode is ``auto``. These properties compare
 every such decision with a reference written from the documented rules
 alone (first matching rule wins; a missing argument never matches; the
@@ -26,11 +29,15 @@ from toolexec.approval import ApprovalConfig, ApprovalMode, AutoApprover
 from toolexec.policy import (
     Allow,
     Ask,
+    Capabilities,
+    CapabilityPolicy,
     CommandPrefix,
+    ComposedPolicy,
     Deny,
     Equals,
     ExecutionGrant,
     PathGlob,
+    PathGrant,
     Prefix,
     Regex,
     Rule,
@@ -159,6 +166,67 @@ def test_a_rule_policy_decides_as_its_rules_say_call_after_call(
         definition = ToolDefinition(tool, "", path_arguments=declared)
         want = ref_decide(drawn, default, tool, arguments)
         assert policy.decide(definition, arguments, "root") == want, (tool, arguments)
+
+
+capabilities = st.builds(
+    Capabilities,
+    tools=st.lists(st.sampled_from(PATTERNS), max_size=3),
+    paths=st.lists(
+        st.builds(
+            PathGrant, st.sampled_from([".", "src", "a/b", ".git"]), st.sampled_from(["r", "rw"])
+        ),
+        max_size=2,
+    ),
+)
+agents = st.dictionaries(st.sampled_from(["root", "root/a", "root/a/b"]), capabilities, max_size=3)
+agent_paths = st.sampled_from(["root", "root/a", "root/a#2", "root/a/b", "root/c", "other"])
+asked_by = st.lists(st.tuples(agent_paths, calls), min_size=1, max_size=3)
+
+
+@given(agents, asked_by, st.booleans())
+def test_a_capability_policy_decides_call_after_call_as_a_fresh_one_does(
+    granted: dict[str, Capabilities],
+    asked: list[tuple[str, list[tuple[str, dict[str, Any]]]]],
+    paths_declared: bool,
+) -> None:
+    """What it remembers per agent and tool never changes a decision: a policy made
+    afresh for each call (nothing remembered) decides the same."""
+    policy = CapabilityPolicy(granted)
+    declared = {"path": "rw"} if paths_declared else {}
+    for agent_path, agent_calls in asked:
+        for tool, arguments in agent_calls:
+            definition = ToolDefinition(tool, "", path_arguments=declared)
+            want = CapabilityPolicy(granted).decide(definition, arguments, agent_path)
+            assert policy.decide(definition, arguments, agent_path) == want
+
+
+@given(st.lists(rules(), max_size=6), agents, asked_by, st.booleans())
+def test_a_composed_policy_decides_call_after_call_as_a_fresh_one_does(
+    drawn: list[Rule],
+    granted: dict[str, Capabilities],
+    asked: list[tuple[str, list[tuple[str, dict[str, Any]]]]],
+    paths_declared: bool,
+) -> None:
+    """Its parts hand back the same decisions where arguments cannot matter, and it
+    then hands back the same combination; the result is what combining afresh gives,
+    and a grant's limits are never shared between two calls."""
+
+    def fresh() -> ComposedPolicy:
+        return ComposedPolicy(
+            [RulePolicy(drawn, "ask"), CapabilityPolicy(granted), RulePolicy(drawn)]
+        )
+
+    policy = fresh()
+    declared = {"path": "r"} if paths_declared else {}
+    limits_seen: list[object] = []
+    for agent_path, agent_calls in asked:
+        for tool, arguments in agent_calls:
+            definition = ToolDefinition(tool, "", path_arguments=declared)
+            decision = policy.decide(definition, arguments, agent_path)
+            assert decision == fresh().decide(definition, arguments, agent_path)
+            if not isinstance(decision, Deny) and decision.grant.limits:
+                assert all(decision.grant.limits is not seen for seen in limits_seen)
+                limits_seen.append(decision.grant.limits)
 
 
 @given(st.lists(rules(), max_size=6), calls)

@@ -506,6 +506,13 @@ class Capabilities:
 _INSTANCE = re.compile(r"#\d+(?=/|$)")
 
 
+def _agents_dict(agents: Mapping[str, Capabilities]) -> Mapping[str, Capabilities]:
+    """A copy: what an agent may use is fixed when the policy is made (it is remembered)."""
+    if not isinstance(agents, Mapping):
+        raise TypeError(f"CapabilityPolicy.agents maps agent paths to Capabilities, got {agents!r}")
+    return dict(agents)
+
+
 @attrs.frozen
 class CapabilityPolicy:
     """Per-agent tool and filesystem grants, checked before a call runs.
@@ -513,7 +520,9 @@ class CapabilityPolicy:
     ``agents`` maps agent paths (``root``, ``root/researcher``) to their
     capabilities; instance suffixes (``#2``) are ignored when looking up, and
     an agent without an entry gets its nearest ancestor's. No entry at all
-    means nothing is granted.
+    means nothing is granted. ``agents`` is copied when the policy is made:
+    whether an agent may use a tool is worked out on its first call of that
+    tool and remembered, so grants change by making a new policy.
 
     A path argument is judged where it really leads. Given the
     ``workspace`` (or for a tool that names its own in
@@ -525,8 +534,13 @@ class CapabilityPolicy:
     workspace (``.``), which is what the built-in tools default to.
     """
 
-    agents: Mapping[str, Capabilities]
+    agents: Mapping[str, Capabilities] = attrs.field(converter=_agents_dict)
     workspace: PathResolver | None = attrs.field(default=None, kw_only=True)
+    # Per (agent path, tool name): the agent's capabilities if the tool is
+    # granted, else the denial. Neither depends on a call's arguments.
+    _by_tool: dict[tuple[str, str], Capabilities | Deny] = attrs.field(
+        factory=dict, init=False, repr=False, eq=False
+    )
 
     def capabilities(self, agent_path: str) -> Capabilities | None:
         """The capabilities that apply to an agent path."""
@@ -542,13 +556,12 @@ class CapabilityPolicy:
         self, definition: ToolDefinition, arguments: Mapping[str, Any], agent_path: str
     ) -> Decision:
         """Deny unless the tool and every declared path argument are granted."""
-        caps = self.capabilities(agent_path)
-        if caps is None:
-            return _deny(f"agent '{agent_path}' has no capabilities granted")
-        name = definition.name
-        if not any(tool_regex(p).fullmatch(name) for p in caps.tools):
-            granted = ", ".join(caps.tools) or "none"
-            return _deny(f"agent '{agent_path}' is not granted tool '{name}' (granted: {granted})")
+        key = (agent_path, definition.name)
+        caps = self._by_tool.get(key)
+        if caps is None:  # the first call of this tool by this agent
+            caps = self._by_tool[key] = self._tool_grant(agent_path, definition.name)
+        if isinstance(caps, Deny):
+            return caps
         for arg, mode in definition.path_arguments.items():
             value = arguments.get(arg, ".")  # left out: the tool's default, the whole workspace
             if not isinstance(value, str):
@@ -560,6 +573,16 @@ class CapabilityPolicy:
             if not any(g.covers(path, need) for g in caps.paths):
                 return _not_granted(agent_path, caps, need, value, path)
         return ALLOW
+
+    def _tool_grant(self, agent_path: str, name: str) -> Capabilities | Deny:
+        """The agent's capabilities if they grant the tool; else why not."""
+        caps = self.capabilities(agent_path)
+        if caps is None:
+            return _deny(f"agent '{agent_path}' has no capabilities granted")
+        if not any(tool_regex(p).fullmatch(name) for p in caps.tools):
+            granted = ", ".join(caps.tools) or "none"
+            return _deny(f"agent '{agent_path}' is not granted tool '{name}' (granted: {granted})")
+        return caps
 
 
 def _deny(reason: str) -> Deny:
@@ -630,17 +653,36 @@ class ComposedPolicy:
     """
 
     policies: Sequence[ToolPolicy] = attrs.field(converter=_policy_tuple)
+    # Per (agent path, tool name): the decisions last combined, and the result.
+    # Decisions are frozen values: when the policies decide as they did last
+    # time (as they do where arguments cannot matter), so does the combination.
+    # One that hands out limits is made afresh, so no two calls share them.
+    _last: dict[tuple[str, str], tuple[list[Decision], Decision]] = attrs.field(
+        factory=dict, init=False, repr=False, eq=False
+    )
 
     def decide(
         self, definition: ToolDefinition, arguments: Mapping[str, Any], agent_path: str
     ) -> Decision:
         """Ask every policy; combine as described."""
         decisions = [p.decide(definition, arguments, agent_path) for p in self.policies]
-        for d in decisions:
-            if isinstance(d, Deny):
-                return d
-        grant = tightest(d.grant for d in decisions if not isinstance(d, Deny))
-        asks = [d for d in decisions if isinstance(d, Ask)]
-        if asks:
-            return Ask("; ".join(a.reason for a in asks if a.reason), grant)
-        return Allow(grant)
+        key = (agent_path, definition.name)
+        last = self._last.get(key)
+        if last is not None and last[0] == decisions:
+            return last[1]
+        combined = _combined(decisions)
+        if isinstance(combined, Deny) or not combined.grant.limits:  # limits: a copy per call
+            self._last[key] = (decisions, combined)
+        return combined
+
+
+def _combined(decisions: Sequence[Decision]) -> Decision:
+    """Any deny; else any ask, with the tightest grant; else allow under it."""
+    for d in decisions:
+        if isinstance(d, Deny):
+            return d
+    grant = tightest(d.grant for d in decisions if not isinstance(d, Deny))
+    asks = [d for d in decisions if isinstance(d, Ask)]
+    if asks:
+        return Ask("; ".join(a.reason for a in asks if a.reason), grant)
+    return Allow(grant)
