@@ -217,6 +217,32 @@ async def test_base_exceptions_of_a_tool_are_execution_errors(
     assert executor.statistics().calls_in_flight == 0
 
 
+async def generator_exit_after_blocking() -> str:
+    """Block once, then raise GeneratorExit."""
+    await trio.sleep(0)
+    raise GeneratorExit
+
+
+@pytest.mark.parametrize(
+    ("n", "config"),
+    [
+        (1, ConcurrencyConfig()),  # the batch's own task
+        (4, ConcurrencyConfig()),  # a worker, then a cohort of tasks
+        (4, ConcurrencyConfig(read_width=1)),  # one worker
+        (3, ConcurrencyConfig(per_tool={"generator_exit_after_blocking": 2})),  # a task each
+    ],
+)
+async def test_a_tools_own_generator_exit_after_blocking_is_an_execution_error(
+    n: int, config: ConcurrencyConfig
+) -> None:
+    executor = ToolExecutor(single(generator_exit_after_blocking), config)
+    calls = [ToolCall(str(i), "generator_exit_after_blocking") for i in range(n)]
+    outcome = await executor.execute_batch(calls)
+    assert [r.error_class for r in outcome.results] == [ErrorClass.EXECUTION_ERROR] * n
+    assert all("GeneratorExit" in r.text for r in outcome.results)
+    assert executor.statistics().calls_in_flight == 0
+
+
 async def interrupts() -> str:
     """Raise KeyboardInterrupt."""
     raise KeyboardInterrupt

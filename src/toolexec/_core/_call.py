@@ -247,6 +247,10 @@ def never_suspends(slot: CallSlot) -> bool:
 # -- 4. execute ---------------------------------------------------------------
 
 
+# A parked call holds this generator, sized by its frame's locals and deepest
+# expression, so it keeps few: ``value`` is both the tool's trap on its way to
+# trio and trio's answer on its way back, and ``thrown`` is ``_CLOSING`` once
+# the driver is being closed.
 @types.coroutine
 def execute(
     rt: Runtime,
@@ -266,48 +270,53 @@ def execute(
     ``KeyboardInterrupt`` go on to the driver (``propagates``).
     """
     context = None if own_task else contextvars.copy_context()
-    closing = False
+    value: Any = None
+    thrown: BaseException | None = None
     rt.in_flight += 1
     try:
-        running, convert = _open(rt, slot, report)
-        sent, thrown = None, None
+        running, bare = _open(rt, slot, report)
         while True:
             try:
                 if context is None:
-                    trap = running.send(sent) if thrown is None else running.throw(thrown)
+                    value = running.send(value) if thrown is None else running.throw(thrown)
                 elif thrown is None:
-                    trap = context.run(running.send, sent)
+                    value = context.run(running.send, value)
                 else:
-                    trap = context.run(running.throw, thrown)
-            except StopIteration as done:
-                return (done.value if convert is None else convert(done.value)), None
+                    value = context.run(running.throw, thrown)
+            except StopIteration as exc:
+                return (exc.value if bare is None else bare.output(exc.value)), None
             if on_block is not None:
                 on_block()
                 on_block = None
             try:
-                sent, thrown = (yield trap), None
+                value, thrown = (yield value), None
             except GeneratorExit:  # the driver's coroutine is being closed
-                closing = True
+                thrown = _CLOSING
                 running.close()
                 raise
             except BaseException as exc:
-                sent, thrown = None, exc
+                value, thrown = None, exc
     except BaseException as exc:
-        if closing or propagates(exc):
+        if thrown is _CLOSING or propagates(exc):
             raise
         return None, failed(slot, exc)
     finally:
         rt.in_flight -= 1
 
 
-def _open(
-    rt: Runtime, slot: CallSlot, report: Reporter
-) -> tuple[Coroutine[Any, Any, Any], Callable[[Any], object] | None]:
-    """Start the call's tool: its coroutine, and what turns its value into output.
+# ``execute``'s mark that its driver is being closed (never thrown into a tool).
+_CLOSING = GeneratorExit()
+
+
+def _open(rt: Runtime, slot: CallSlot, report: Reporter) -> tuple[Coroutine[Any, Any, Any], Any]:
+    """Start the call's tool: its coroutine, and the tool if it was called ``bare``.
 
     A plain async function tool is called directly (``bare``), and its
-    arguments are handed over (the slot lets go of them); a tool that
-    declares it never reads its context gets none built.
+    arguments are handed over (the slot lets go of them); its ``output``
+    turns the function's value into the output. The tool itself is kept
+    for that, not its bound ``output``: a parked call would hold a method
+    object for nothing. A tool that declares it never reads its context
+    gets none built.
     """
     entry = slot.entry
     assert entry is not None
@@ -318,7 +327,7 @@ def _open(
     bare = getattr(tool, "bare", None)
     if bare is not None:
         slot.arguments = _HANDED_OVER
-        return bare(**arguments), tool.output  # type: ignore[attr-defined]
+        return bare(**arguments), tool
     if getattr(tool, "reads_context", True):
         return tool.execute(arguments, _context(rt, slot, report)), None
     return tool.execute(arguments, None), None  # type: ignore[arg-type]
