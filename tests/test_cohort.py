@@ -29,6 +29,7 @@ from toolexec import (
     ToolRegistry,
     function_tool,
 )
+from toolexec._core._workers import _MEMBER_NAME, WorkerPool
 from toolexec.approval import ApprovalAnswer
 
 
@@ -145,6 +146,11 @@ async def test_an_enclosing_cancel_leaves_nothing_running(
         await executor.execute_batch([ToolCall(f"c{i}", "wait", {"seconds": 60}) for i in range(3)])
     assert outer.cancelled_caught
     _left_clean(executor)
+
+
+def test_a_member_task_has_the_name_trio_would_give_it() -> None:
+    member = WorkerPool._member
+    assert f"{member.__module__}.{member.__qualname__}" == _MEMBER_NAME
 
 
 async def test_calls_with_different_timeouts_get_workers_of_their_own(

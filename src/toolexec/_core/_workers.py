@@ -24,7 +24,7 @@ from ._drive import run_call
 from ._types import RoutingClass
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Sequence
+    from collections.abc import Awaitable, Callable, Sequence
 
     from trio.lowlevel import RaiseCancelT
 
@@ -55,10 +55,12 @@ class _SharedDeadline:
     looked at between passes.
     """
 
-    __slots__ = ("arrived", "latest", "scope", "size", "timed_out", "timeout")
+    __slots__ = ("arrived", "latest", "report", "scope", "size", "timed_out", "timeout")
 
-    def __init__(self, size: int, timeout: float, scope: trio.CancelScope) -> None:
-        self.size, self.timeout, self.scope = size, timeout, scope
+    def __init__(
+        self, size: int, timeout: float, scope: trio.CancelScope, report: Reporter
+    ) -> None:
+        self.size, self.timeout, self.scope, self.report = size, timeout, scope, report
         self.arrived = 0
         self.latest = -math.inf
         # Calls the deadline cancelled, with their start: answered once the
@@ -71,6 +73,20 @@ class _SharedDeadline:
         if self.arrived == self.size:
             self.scope.deadline = self.latest + self.timeout
         return start
+
+    def unwound(self, slot: CallSlot, start: float) -> None:
+        """A cancellation left the call's tool: if the deadline's, the call is
+        answered once the scope has absorbed it (``WorkerPool._cohort``)."""
+        if self.scope.cancel_called:
+            self.timed_out.append((slot, start))
+
+    def settle(self, slot: CallSlot, start: float, done: tuple[object, ToolResult | None]) -> None:
+        """Conclude a call whose tool ended (``execute``'s ``done``), timed out if
+        it outlived the deadline."""
+        output, failure = done
+        if self.scope.cancel_called:
+            failure = timed_out(slot)
+        conclude(slot, self.report, output, failure, start)
 
 
 class WorkerPool:
@@ -237,31 +253,37 @@ class WorkerPool:
         instant, it goes on, and the calls are answered as cancelled.
         """
         async with trio.open_nursery() as nursery:
-            cohort = _SharedDeadline(len(slots), timeout, nursery.cancel_scope)
+            cohort = _SharedDeadline(len(slots), timeout, nursery.cancel_scope, self._report)
             for slot in slots:
-                nursery.start_soon(self._member, slot, cohort)
+                nursery.start_soon(self._member, slot, cohort, name=_MEMBER_NAME)
         for slot, start in cohort.timed_out:
             conclude(slot, self._report, None, timed_out(slot), start)
 
     async def _member(self, slot: CallSlot, cohort: _SharedDeadline) -> None:
-        """One call of a cohort, its permit already taken: the tool, under the shared deadline."""
-        report, scope = self._report, cohort.scope
+        """One call of a cohort, its permit already taken: the tool, under the shared deadline.
+
+        A parked call holds this frame, and trio's frame object for it, both
+        sized by its locals and its deepest expression; so they are few here,
+        and the rest of the call's work is in ``_execute`` and the cohort's.
+        """
         try:
             cohort.arrived += 1
             # A cancel may have landed before the call: never start a tool after it.
             await trio.lowlevel.checkpoint_if_cancelled()
-            start = cohort.started(begin(slot, report))
+            start = cohort.started(begin(slot, self._report))
             try:
-                output, failure = await execute(self._rt, slot, report, own_task=True)
+                done = await self._execute(slot)
             except BaseException:
-                if scope.cancel_called:  # answered once the scope has absorbed it
-                    cohort.timed_out.append((slot, start))
+                cohort.unwound(slot, start)
                 raise
-            if scope.cancel_called:  # the tool outlived the deadline
-                failure = timed_out(slot)
-            conclude(slot, report, output, failure, start)
+            cohort.settle(slot, start, done)
         finally:
             self._limiter.release_on_behalf_of(slot)
+
+    def _execute(self, slot: CallSlot) -> Awaitable[tuple[object, ToolResult | None]]:
+        """``execute`` for a call that is a task of its own (a call here, not in
+        ``_member``, keeps the deepest expression of ``_member`` shallow)."""
+        return execute(self._rt, slot, self._report, own_task=True)
 
     async def _work(self, hired: bool = False) -> None:
         """One worker: take a permit, then a call, run it; until no call is left."""
@@ -417,6 +439,11 @@ class WorkerPool:
         running[1].deadline = running[2] + deadline_of(running[0])
         self._hire()
 
+
+# The name trio would give each member's task, made once: trio makes one per
+# task from the function's module and qualified name otherwise (about 90
+# bytes a call while a cohort is parked).
+_MEMBER_NAME = f"{__name__}.WorkerPool._member"
 
 # The scope of a worker whose calls cannot block: never entered, as no
 # deadline of theirs can fire (``WorkerPool._inert``).
