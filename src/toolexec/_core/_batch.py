@@ -401,7 +401,7 @@ class Batch:
         async with trio.open_nursery() as nursery:
             for i, slot in enumerate(slots):
                 place = None if order is None else order.place(i)
-                nursery.start_soon(run_call, rt, slot, report, place, True)
+                nursery.start_soon(run_call, rt, slot, report, place, True, name=_RUN_CALL_NAME)
 
     def _finish(self, messages: tuple[str, ...]) -> BatchOutcome:
         self._finished = True
@@ -559,3 +559,8 @@ def steering_messages(answer: object) -> tuple[str, ...]:
     if isinstance(answer, list | tuple):
         return tuple(m if isinstance(m, str) else repr(m) for m in answer)
     return (repr(answer),)
+
+
+# The name trio would give each ``run_call`` task, made once (trio makes a new
+# string per task from the function's module and qualified name otherwise).
+_RUN_CALL_NAME = f"{run_call.__module__}.{run_call.__qualname__}"
