@@ -23,7 +23,7 @@ import attrs
 
 from .._gate._approval import ApprovalMode
 from .._gate._hooks import Rewrite, Skip
-from .._gate._policy import HOST, HOST_GRANT, Allow, Ask, Deny
+from .._gate._policy import HOST, HOST_GRANT, Allow, AllowAll, Ask, Deny
 from . import _messages as say
 from ._lifecycle import CallSlot, State, error_result
 from ._registry import integral_arguments
@@ -82,6 +82,9 @@ class Planner:
     # Whether every approval mode is ``auto`` (or nothing is configured): then
     # only a policy's ``Ask`` makes a call wait, and a call costs no lookup.
     _auto_only: bool = attrs.field(init=False)
+    # Whether the policy is ``AllowAll`` (the default): it allows every call on
+    # the host, which is what a call that asks no policy gets, so none is asked.
+    _allows_all: bool = attrs.field(init=False)
 
     def __attrs_post_init__(self) -> None:
         approval = self.approval
@@ -95,6 +98,7 @@ class Planner:
             )
         )
         object.__setattr__(self, "_auto_only", all(m is ApprovalMode.AUTO for m in modes))
+        object.__setattr__(self, "_allows_all", type(self.policy) is AllowAll)
 
     def plan_call(self, slot: CallSlot, expected: Expected | None = None) -> None:
         """Answer the call at once, or route it and queue it.
@@ -135,7 +139,7 @@ class Planner:
         """The steps after the arguments: hooks, policy, approval mode, backend."""
         return (
             (self._hooks(slot) if self.hooks else None)
-            or self._decide(slot)
+            or (None if self._allows_all else self._decide(slot))
             or self._approval_mode(slot)
             or self._backend(slot)
         )
