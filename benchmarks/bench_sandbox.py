@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING
 import trio
 
 from toolexec import ToolCall, ToolExecutor, ToolRegistry
-from toolexec._backends._sandbox_child import unix_socket_filter
+from toolexec._backends._sandbox_child import seccomp_filter
 from toolexec._backends._sandbox_launch import bwrap_command
 from toolexec._tools._shell import ShellTool
 from toolexec._tools._workspace import Workspace
@@ -83,7 +83,7 @@ async def _raw_bwrap(root: str) -> Callable[[int], Awaitable[float]]:
     argv = bwrap_command(found, SandboxLimits(), root, "/bin/true", ["true"])
     assert argv is not None
     read, write = os.pipe()
-    os.write(write, unix_socket_filter())
+    os.write(write, seccomp_filter(unix=True))
     os.close(write)
     argv[argv.index("--seccomp") + 1] = str(read)
     os.close(read)
@@ -92,7 +92,7 @@ async def _raw_bwrap(root: str) -> Callable[[int], Awaitable[float]]:
         start = time.perf_counter()
         for _ in range(calls):
             filters, write = os.pipe()
-            os.write(write, unix_socket_filter())
+            os.write(write, seccomp_filter(unix=True))
             os.close(write)
             if filters != read:
                 os.dup2(filters, read)

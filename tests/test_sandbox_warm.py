@@ -2,16 +2,21 @@
 
 A warm sandbox serves call after call: what one call leaves (a file in
 ``/tmp``, a background process, an environment change, a signal handler,
-an IPC object) is invisible to the next; a sandbox that breaks is replaced;
+an IPC object) is invisible to the next, and no call, warm or fresh, reaches
+a keyring (the host process's session keyring included); a sandbox that
+breaks is replaced;
 results equal those of fresh sandboxes; the pool is bounded and, closed,
 leaves no process. ``toolexec exec`` runs the shell there by default.
 """
 
 from __future__ import annotations
 
+import ctypes
+import errno
 import json
 import os
 import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -122,6 +127,57 @@ async def test_a_warm_call_sees_nothing_the_last_one_left(level: str, workspace:
     assert _stdout(after).rsplit("\n", 1)[1] == _stdout(left).strip()
     assert _stdout(after).split("\n") == _stdout(before).split("\n")
     assert "unset" in _stdout(after)
+
+
+# A key a call tries to leave in each keyring a process reaches by name (the user's,
+# the user-session's, the session's: the host process's, where bwrap is the call's
+# only parent), then whether it is there; keyctl through ctypes (keyutils is not on
+# every machine). {op}: add or find.
+_KEYS = """
+import ctypes
+libc = ctypes.CDLL(None, use_errno=True)
+ADD_KEY, KEYCTL = {calls}
+RINGS = ((-4, b"user"), (-5, b"user-session"), (-3, b"session"))
+for ring, name in RINGS:
+    if "{op}" == "add":
+        got = libc.syscall(ADD_KEY, b"user", name, b"x", 1, ring)
+    else:  # KEYCTL_SEARCH
+        got = libc.syscall(KEYCTL, 10, ring, b"user", name, 0)
+    print(name.decode(), got, ctypes.get_errno())
+"""
+# add_key(2) and keyctl(2), by machine.
+_KEY_CALLS = {"x86_64": (248, 250), "aarch64": (217, 219)}
+
+
+def _keys(op: str) -> str:
+    program = _KEYS.format(op=op, calls=_KEY_CALLS[os.uname().machine])
+    return f"python3 -c {shlex.quote(program)}"
+
+
+@pytest.mark.parametrize("network", [False, True])
+@pytest.mark.parametrize("warm", [0, 2])
+@pytest.mark.parametrize("level", NAMESPACE_LEVELS)
+async def test_a_call_reaches_no_keyring(
+    level: str, warm: int, network: bool, workspace: Path
+) -> None:
+    """The kernel's keyrings are a user's, not a sandbox's: at the namespace levels the
+    keyring calls fail with EPERM, so a call neither reads the host process's session
+    keyring nor leaves a key for the next call of a warm sandbox."""
+    await _require(level)
+    if os.uname().machine not in _KEY_CALLS:
+        pytest.skip(f"keyctl's number on {os.uname().machine} is not known here")
+    add_key, keyctl = _KEY_CALLS[os.uname().machine]
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.syscall(keyctl, 1, None) < 0:  # KEYCTL_JOIN_SESSION_KEYRING: ours, for the test
+        pytest.skip(f"keyctl is refused here: {os.strerror(ctypes.get_errno())}")
+    assert libc.syscall(add_key, b"user", b"session", b"host", 4, -3) > 0  # in our session's
+    async with SubprocessBackend(levels=(level,), warm=warm) as backend:
+        executor = _executor(workspace, backend, {"network": network})
+        added = await _shell(executor, _keys("add"))
+        found = await _shell(executor, _keys("find"))
+    refused = [f"{ring} -1 {errno.EPERM}" for ring in ("user", "user-session", "session")]
+    assert _stdout(added).splitlines() == refused, added.text
+    assert _stdout(found).splitlines() == refused, found.text
 
 
 # -- the same results as fresh sandboxes -----------------------------------------------

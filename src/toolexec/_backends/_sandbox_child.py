@@ -24,8 +24,8 @@ tree read-only, private tmpfs over the hidden directories, the directories
 to keep re-bound read-only, the workspace bound read-only or writable;
 then the working directory; then the work runs in a forked child, which
 sets the resource limits first, then (at ``unshare``) drops every capability
-and (at the namespace levels, without the network) installs a seccomp filter
-that refuses unix sockets. This process stays to wait for it: it
+and (at the namespace levels) installs a seccomp filter that refuses the
+keyring calls and, without the network, unix sockets. This process stays to wait for it: it
 ignores SIGTERM (the child gets the host's SIGTERM itself) and, when the
 request pipe reaches EOF (toolexec is gone), it ends the work: by exiting,
 which ends the pid namespace, or outside one by killing its process group.
@@ -168,43 +168,62 @@ def _drop_capabilities() -> None:
     _check(libc.syscall(126 if os.uname().machine == "x86_64" else 91, header, data), "capset")
 
 
-# The seccomp filter without the network: ``socket(AF_UNIX, ...)`` fails with
-# EACCES, so the work cannot connect to a unix socket it sees in the file tree
-# (the workspace's, say); a filesystem path is the one way out of a network
+# The seccomp filter of the namespace levels. The kernel's keyrings belong to a
+# user, not to a sandbox (a call could read the host process's session keyring,
+# or leave a key for the next call of a warm sandbox): ``add_key``,
+# ``request_key`` and ``keyctl`` fail with EPERM, as in Docker's default
+# profile. Without the network, ``socket(AF_UNIX, ...)`` fails with EACCES too,
+# so the work cannot connect to a unix socket it sees in the file tree (the
+# workspace's, say); a filesystem path is the one way out of a network
 # namespace. ``socketpair`` stays (it reaches nothing outside). Per machine:
-# (the audit architecture, the number of ``socket``); a foreign architecture's
-# calls fail. BPF: (code, jump if true, jump if false, k).
-_SECCOMP_ARCHES = {"x86_64": (0xC000003E, 41), "aarch64": (0xC00000B7, 198)}
+# (the audit architecture, the number of ``socket``, those of the keyring
+# calls); a foreign architecture's calls fail. BPF: (code, jump if true, jump
+# if false, k), a jump naming the return it goes to.
+SECCOMP_ARCHES = {
+    "x86_64": (0xC000003E, 41, (248, 249, 250)),
+    "aarch64": (0xC00000B7, 198, (217, 218, 219)),
+}
 _X32_SYSCALL_BIT = 0x40000000
+_RETURNS = {"allow": 0x7FFF0000, "eacces": 0x00050000 | 13, "eperm": 0x00050000 | 1}
 
 
-def unix_socket_filter() -> bytes:
-    """The filter, as the BPF program ``bwrap --seccomp`` and ``prctl`` take."""
+def seccomp_filter(unix: bool) -> bytes:
+    """The filter (``unix``: refusing unix sockets too), as the BPF program ``bwrap
+    --seccomp`` and ``prctl`` take."""
     import struct
 
-    arch, socket_nr = _SECCOMP_ARCHES[os.uname().machine]
-    allow, deny = 0x7FFF0000, 0x00050000 | 13  # SECCOMP_RET_ALLOW, SECCOMP_RET_ERRNO | EACCES
-    program = [
+    arch, socket_nr, keyring_calls = SECCOMP_ARCHES[os.uname().machine]
+    program: list[tuple[int, int | str, int | str, int]] = [
         (0x20, 0, 0, 4),  # A = arch
-        (0x15, 1, 0, arch),  # A == arch: go on
-        (0x06, 0, 0, deny),
+        (0x15, 0, "eacces", arch),
         (0x20, 0, 0, 0),  # A = the syscall's number
-        (0x35, 4, 0, _X32_SYSCALL_BIT),  # x32 calls: deny
-        (0x15, 0, 2, socket_nr),  # not socket(): allow
-        (0x20, 0, 0, 16),  # A = the domain (the first argument, its low 32 bits)
-        (0x15, 1, 0, 1),  # AF_UNIX: deny
-        (0x06, 0, 0, allow),
-        (0x06, 0, 0, deny),
+        (0x35, "eacces", 0, _X32_SYSCALL_BIT),  # x32 calls
+        *((0x15, "eperm", 0, nr) for nr in keyring_calls),
     ]
-    return b"".join(struct.pack("HBBI", *op) for op in program)
+    if unix:
+        program += [
+            (0x15, 0, "allow", socket_nr),  # socket()
+            (0x20, 0, 0, 16),  # A = the domain (the first argument, its low 32 bits)
+            (0x15, "eacces", "allow", 1),  # AF_UNIX
+        ]
+    at = {name: len(program) + i for i, name in enumerate(_RETURNS)}
+    program += [(0x06, 0, 0, value) for value in _RETURNS.values()]
+
+    def jump(i: int, to: int | str) -> int:
+        return to if isinstance(to, int) else at[to] - i - 1
+
+    return b"".join(
+        struct.pack("HBBI", code, jump(i, jt), jump(i, jf), k)
+        for i, (code, jt, jf, k) in enumerate(program)
+    )
 
 
-def _seal_unix_sockets() -> None:
-    """Refuse creating ``AF_UNIX`` sockets from now on, in this process and its children."""
+def _seal(unix: bool) -> None:
+    """Install the filter (``seccomp_filter``) in this process and its children."""
     import ctypes
     import struct
 
-    code = unix_socket_filter()
+    code = seccomp_filter(unix)
     filters = ctypes.create_string_buffer(code, len(code))
     fprog = struct.pack("HxxxxxxP", len(code) // 8, ctypes.addressof(filters))
     libc = _libc()
@@ -281,8 +300,8 @@ def _child(request: dict[str, Any], report_fd: int) -> None:
         _set_limits(request.get("rlimits", {}))
         if request.get("drop_caps"):
             _drop_capabilities()
-        if request.get("seal_unix"):
-            _seal_unix_sockets()
+        if request.get("seal"):
+            _seal(request["seal"] == "unix")
         if request["kind"] == "exec":
             os.close(report_fd)
             _exec(request["attempts"])
@@ -609,8 +628,8 @@ def _prepare(setup: dict[str, Any]) -> _Scratch:
         _protect()
     else:
         _check(_libc().prctl(36, 1, 0, 0, 0), "child subreaper")  # PR_SET_CHILD_SUBREAPER
-    if setup.get("seal_unix"):
-        _seal_unix_sockets()
+    if setup.get("seal"):
+        _seal(setup["seal"] == "unix")
     import resource  # noqa: F401  # for the calls' limits, imported once
 
     if setup.get("sys_path") is not None:  # function tools: import what every call needs

@@ -193,11 +193,20 @@ def command(
         }
         argv = [found.unshare, *_unshare_flags(limits.network), *_launch()]
         setup = {"cwd": cwd, "own_pid_ns": True, "mounts": mounts, "drop_caps": True}
-        return argv, {**setup, "seal_unix": not limits.network}
+        return argv, {**setup, "seal": seal_of(limits)}
     argv = _bwrap(found, limits.network, hidden, kept, workspace, rw)
     # The launcher is the namespace's first process: when it exits, all in it end.
     argv += ["--as-pid-1", "--cap-drop", "ALL", "--", *_launch()]
-    return argv, {"cwd": cwd, "own_pid_ns": True, "seal_unix": not limits.network}
+    return argv, {"cwd": cwd, "own_pid_ns": True, "seal": seal_of(limits)}
+
+
+def seal_of(limits: SandboxLimits) -> str:
+    """What the seccomp filter refuses (``_sandbox_child.seccomp_filter``): the keyring
+    calls, and without the network unix sockets too (``"unix"``); with the network
+    on a machine whose syscall numbers toolexec does not know, nothing (``""``)."""
+    if not limits.network:
+        return "unix"
+    return "keys" if os.uname().machine in _sandbox_child.SECCOMP_ARCHES else ""
 
 
 def _bwrap(
@@ -230,8 +239,8 @@ def bwrap_command(
     """The argv that runs the program at ``path`` (with ``argv``) under bwrap with no
     launcher (its own first process reaps, and ends the namespace when the
     program exits; all die with the thread that starts bwrap), with the same
-    namespaces and mounts as a launched call; the seccomp filter, without the
-    network, is read from descriptor 3.
+    namespaces and mounts as a launched call; the seccomp filter (``seal_of``),
+    if any, is read from descriptor 3.
     ``None`` when the program lives where the sandbox hides it."""
     hidden = _hidden()
     if any(_under(path, h) for h in hidden):
@@ -245,7 +254,7 @@ def bwrap_command(
     options = _bwrap(found, limits.network, hidden, kept, workspace, limits.workspace == "rw")
     # --die-with-parent: bwrap and all in it die with the thread that started it.
     options += ["--chdir", workspace, "--die-with-parent", "--cap-drop", "ALL"]
-    if not limits.network:
+    if seal_of(limits):
         options += ["--seccomp", "3"]
     if argv[0] != path:
         options += ["--argv0", argv[0]]

@@ -4,9 +4,9 @@ Where the call has no resource limit to set (the one thing bwrap cannot do
 itself), the command runs under bwrap directly, with the namespaces and
 mounts a launched call gets: bwrap's own first process reaps orphans and ends
 the namespace when the command exits, ``--chdir`` sets the working directory,
-``--cap-drop ALL`` drops every capability, and without the network the same
-seccomp filter that refuses unix sockets is read from descriptor 3
-(``--seccomp 3``).
+``--cap-drop ALL`` drops every capability, and the same seccomp filter
+(the keyring calls refused, and without the network unix sockets) is read
+from descriptor 3 (``--seccomp 3``).
 
 bwrap is started with ``posix_spawn`` from the thread running trio (no
 thread hand-off, no fork of the host), leading a session and process group
@@ -35,8 +35,8 @@ import trio
 from .._core._errors import ToolError
 from .._proc._process import PipeCollector, group_has_members
 from .._tools._shell import CommandEnd
-from ._sandbox_child import unix_socket_filter
-from ._sandbox_launch import bwrap_command
+from ._sandbox_child import seccomp_filter
+from ._sandbox_launch import bwrap_command, seal_of
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -51,16 +51,17 @@ __all__ = ["run_in_bwrap"]
 _DRAIN_SECONDS = 2.0
 #: How long bwrap gets to go after SIGKILL.
 _KILL_WAIT = 5.0
-_FILTER: list[bytes] = []
+_FILTERS: dict[bool, bytes] = {}
 
 
-def _filter_pipe() -> int:
+def _filter_pipe(unix: bool) -> int:
     """A pipe's read end holding the seccomp filter, whole (it fits the pipe's buffer)."""
-    if not _FILTER:
-        _FILTER.append(unix_socket_filter())
+    code = _FILTERS.get(unix)
+    if code is None:
+        code = _FILTERS[unix] = seccomp_filter(unix)
     read, write = os.pipe()
     try:
-        os.write(write, _FILTER[0])
+        os.write(write, code)
     finally:
         os.close(write)
     return read
@@ -163,7 +164,8 @@ async def run_in_bwrap(
     except OSError as exc:
         raise ToolError(f"Could not create the pipes for the sandbox: {exc}") from None
     try:
-        seccomp = [] if limits.network else [_filter_pipe()]
+        seal = seal_of(limits)
+        seccomp = [_filter_pipe(unix=seal == "unix")] if seal else []
         try:
             pid = _spawn(command, attempt_env or env, [*collector.write_ends, *seccomp])
         except OSError as exc:
