@@ -24,7 +24,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from toolexec import SideEffects, ToolCall, ToolDefinition, ToolExecutor, ToolRegistry
-from toolexec._gate._rules import _glob_regex, _where
+from toolexec._gate._rules import _glob_regex, _where, normalize_path
 from toolexec.approval import ApprovalConfig, ApprovalMode, AutoApprover
 from toolexec.policy import (
     Allow,
@@ -250,6 +250,12 @@ def test_with_a_workspace_rules_see_where_paths_lead(
                 seen["path"] = where
         want = ref_decide(drawn, "deny", tool, seen)
         assert policy.decide(definition, arguments, "root") == want, (tool, arguments)
+
+
+@given(st.one_of(paths, st.text(alphabet="a./\\", max_size=12)))
+def test_a_path_is_normalized_as_normpath_does(value: str) -> None:
+    """The planner skips ``normpath`` for a path that is normal already: never wrongly."""
+    assert normalize_path(value) == ref_normalize(value)
 
 
 @given(st.lists(st.sampled_from(["src/**", "*.py", "**/x", "a/?/b", ".git/**", "**"])), paths)

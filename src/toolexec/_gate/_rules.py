@@ -88,8 +88,16 @@ def tool_regex(pattern: str) -> re.Pattern[str]:
 
 
 def normalize_path(value: str) -> str:
-    """Normalize a workspace-relative path (``a/./b/../c`` -> ``a/c``)."""
-    return posixpath.normpath(value.replace("\\", "/")) if value else "."
+    """Normalize a workspace-relative path (``a/./b/../c`` -> ``a/c``).
+
+    A path with no backslash, no empty, ``.`` or ``..`` part and no trailing
+    slash is already normal; only one that might not goes through ``normpath``.
+    """
+    if not value:
+        return "."
+    if "\\" in value or "//" in value or "/." in value or value[0] == "." or value[-1] == "/":
+        return posixpath.normpath(value.replace("\\", "/"))
+    return value
 
 
 @attrs.frozen
@@ -653,11 +661,12 @@ class ComposedPolicy:
     """
 
     policies: Sequence[ToolPolicy] = attrs.field(converter=_policy_tuple)
-    # Per (agent path, tool name): the decisions last combined, and the result.
-    # Decisions are frozen values: when the policies decide as they did last
-    # time (as they do where arguments cannot matter), so does the combination.
-    # One that hands out limits is made afresh, so no two calls share them.
-    _last: dict[tuple[str, str], tuple[list[Decision], Decision]] = attrs.field(
+    # Per tool name: the decisions last combined, and the result. Decisions are
+    # frozen values and the combination depends on them alone: when the policies
+    # decide as they did last time (as they do where arguments cannot matter),
+    # the combination is the same. One that hands out limits is made afresh, so
+    # no two calls share them.
+    _last: dict[str, tuple[list[Decision], Decision]] = attrs.field(
         factory=dict, init=False, repr=False, eq=False
     )
 
@@ -666,13 +675,12 @@ class ComposedPolicy:
     ) -> Decision:
         """Ask every policy; combine as described."""
         decisions = [p.decide(definition, arguments, agent_path) for p in self.policies]
-        key = (agent_path, definition.name)
-        last = self._last.get(key)
+        last = self._last.get(definition.name)
         if last is not None and last[0] == decisions:
             return last[1]
         combined = _combined(decisions)
         if isinstance(combined, Deny) or not combined.grant.limits:  # limits: a copy per call
-            self._last[key] = (decisions, combined)
+            self._last[definition.name] = (decisions, combined)
         return combined
 
 
