@@ -105,6 +105,16 @@ async def test_write_merges_and_never_goes_back(store: JournalStore) -> None:
     assert got.lease_owner == "h"
 
 
+async def test_the_first_result_written_is_the_one_kept(store: JournalStore) -> None:
+    """A host cut off past its lease may finish a call another host has finished (a
+    read, run again) or answered as interrupted: its later result changes nothing."""
+    await store.write([planned(phase=Phase.FINISHED, result='{"r": "first"}')])
+    await store.write([planned(phase=Phase.FINISHED, result='{"r": "late"}', attempt=2)])
+    got = await store.get(key())
+    assert got is not None
+    assert (got.result, got.attempt) == ('{"r": "first"}', 2)
+
+
 async def test_claim_starts_once_and_refuses_after(store: JournalStore) -> None:
     mine = planned(lease_owner="A")
     assert await store.claim(mine, now=100.0) is None

@@ -7,8 +7,8 @@ resume rules decide what runs), and once the turn's results are in. A
 checkpoint is one record of the journal's own kind: the loop's key in the
 executor's scope, batch ``CHECKPOINTS``, its ``result`` the transcript and
 counters as JSON. Each write replaces the last (a store keeps the latest
-result of a record), so resuming costs one read and the journal holds one
-checkpoint per loop.
+result of a checkpoint record, where a call's first result stays), so
+resuming costs one read and the journal holds one checkpoint per loop.
 """
 
 from __future__ import annotations
@@ -18,7 +18,14 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from .._core._journal import CallKey, CallRecord, Phase, result_from_json, result_to_json
+from .._core._journal import (
+    CHECKPOINTS,
+    CallKey,
+    CallRecord,
+    Phase,
+    result_from_json,
+    result_to_json,
+)
 from .._core._types import ToolCall
 from ._model import Message, ProviderBlock, Usage
 
@@ -28,9 +35,6 @@ if TYPE_CHECKING:
     from .._core._journaling import Journal
 
 __all__ = ["CHECKPOINTS", "Checkpoint", "load_checkpoint", "save_checkpoint"]
-
-#: The batch key checkpoint records are kept under, apart from every batch of calls.
-CHECKPOINTS = "#checkpoints"
 
 
 @attrs.frozen

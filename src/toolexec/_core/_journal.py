@@ -23,8 +23,9 @@ the first answer wins, and nothing else ever overwrites it.
 This module does no I/O: a store (``toolexec.durable``: SQLite, PostgreSQL)
 does it, and the lifecycle (``_journaling``) only awaits the store's
 methods. A store's writes are merges, never regressions: ``write`` keeps the
-later of two states and never clears a field or touches an answer, so
-records written late by a slow host cannot undo what another wrote.
+later of two states, the first result and the first answer, and never clears
+a field, so records written late by a slow host cannot undo what another
+wrote.
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
 
 __all__ = [
+    "CHECKPOINTS",
     "CallKey",
     "CallRecord",
     "JournalStore",
@@ -50,6 +52,11 @@ __all__ = [
     "result_from_json",
     "result_to_json",
 ]
+
+
+#: The batch key of agent loops' checkpoints (``_agents._checkpoint``): one record
+#: per loop, whose ``result`` each save replaces, apart from every batch of calls.
+CHECKPOINTS = "#checkpoints"
 
 
 class Phase(enum.IntEnum):
@@ -131,8 +138,11 @@ class JournalStore(Protocol):
         """Merge ``records`` in, in one transaction (durable on return).
 
         Per record: the phase becomes the later of the stored one and the
-        new one; each other field takes the new value unless it is ``None``;
-        ``answer`` is never written here (``answer`` is its only writer).
+        new one; ``result`` keeps the first one written (a finished call's
+        result never changes), except in a record of batch ``CHECKPOINTS``
+        (an agent loop's latest checkpoint), which each write replaces; each
+        other field takes the new value unless it is ``None``; ``answer`` is
+        never written here (``answer`` is its only writer).
         """
         ...
 

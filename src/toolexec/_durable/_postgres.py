@@ -52,7 +52,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import attrs
 import trio
 
-from .._core._journal import CallKey, CallRecord, Phase, claimable
+from .._core._journal import CHECKPOINTS, CallKey, CallRecord, Phase, claimable
 from ._rows import COLUMNS as _COLUMNS
 from ._rows import key_of as _key
 from ._rows import record_of as _record
@@ -108,7 +108,8 @@ ON CONFLICT (session, agent_path, batch, call_id) DO UPDATE SET phase = t.phase
 RETURNING {_COLUMNS}, {_SERVER_NOW}
 """
 
-# The merge of JournalStore.write: ``{s}`` is the row merged in, ``t`` the stored one.
+# The merge of JournalStore.write (``_set``): ``{s}`` is the row merged in, ``t`` the
+# stored one.
 _SET = """
     phase = GREATEST(t.phase, {s}.phase),
     idx = {s}.idx,
@@ -119,10 +120,17 @@ _SET = """
     attempt = GREATEST(t.attempt, {s}.attempt),
     lease_owner = COALESCE({s}.lease_owner, t.lease_owner),
     lease_until = COALESCE({s}.lease_until, t.lease_until),
-    result = COALESCE({s}.result, t.result),
+    result = CASE WHEN t.batch = '{checkpoints}' THEN COALESCE({s}.result, t.result)
+        ELSE COALESCE(t.result, {s}.result) END,
     question = COALESCE({s}.question, t.question),
     deadline = COALESCE({s}.deadline, t.deadline)
 """
+
+
+def _set(merged: str) -> str:
+    return _SET.format(s=merged, checkpoints=CHECKPOINTS)
+
+
 _FIELDS = (
     "session, agent_path, batch, call_id, phase, idx, tool, arguments, grant_json, rerun,"
     " attempt, lease_owner, lease_until, result, question, deadline"
@@ -143,12 +151,12 @@ _ROWS = f"""(
 ) AS u"""
 
 # Merge into rows the flush already holds (after _LOCK).
-_MERGE = f"UPDATE toolexec_calls AS t SET {_SET.format(s='u')} FROM {_ROWS} WHERE {_MATCH}"
+_MERGE = f"UPDATE toolexec_calls AS t SET {_set('u')} FROM {_ROWS} WHERE {_MATCH}"
 
 # Lock in key order and merge in one statement (a round of writes only).
 _UPSERT = f"""
 INSERT INTO toolexec_calls AS t ({_FIELDS}) SELECT * FROM {_ROWS} ORDER BY 1, 2, 3, 4
-ON CONFLICT (session, agent_path, batch, call_id) DO UPDATE SET {_SET.format(s="EXCLUDED")}
+ON CONFLICT (session, agent_path, batch, call_id) DO UPDATE SET {_set("EXCLUDED")}
 """
 
 _RENEW = f"""

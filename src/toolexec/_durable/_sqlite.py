@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import trio
 
-from .._core._journal import CallKey, CallRecord, Phase, claimable
+from .._core._journal import CHECKPOINTS, CallKey, CallRecord, Phase, claimable
 from ._rows import COLUMNS as _COLUMNS
 from ._rows import key_of as _key
 from ._rows import record_of as _record
@@ -73,7 +73,8 @@ ON CONFLICT (session, agent_path, batch, call_id) DO UPDATE SET
     attempt = MAX(attempt, excluded.attempt),
     lease_owner = COALESCE(excluded.lease_owner, lease_owner),
     lease_until = COALESCE(excluded.lease_until, lease_until),
-    result = COALESCE(excluded.result, result),
+    result = CASE WHEN batch = '{CHECKPOINTS}' THEN COALESCE(excluded.result, result)
+        ELSE COALESCE(result, excluded.result) END,
     question = COALESCE(excluded.question, question),
     deadline = COALESCE(excluded.deadline, deadline)
 """

@@ -28,9 +28,8 @@ from typing import TYPE_CHECKING, Any
 import attrs
 import trio
 
-from .._agents._checkpoint import CHECKPOINTS
 from .._core._display import display_json, display_lines, display_text
-from .._core._journal import CallKey, CallRecord, Phase
+from .._core._journal import CHECKPOINTS, CallKey, CallRecord, Phase
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
