@@ -482,3 +482,25 @@ async def test_the_responses_done_event_s_arguments_are_the_ones_used(
     outcome = await batch.run()
     assert [r.text for r in outcome.results] == ["sunny in Oslo"]
     assert started == ["Oslo"]
+
+
+async def test_a_tool_use_block_whose_start_carries_its_input_whole_is_added_with_it(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """No delta follows such a block: its input is the one the start gave; where deltas
+    do follow, they are the arguments (the start's input is then the usual ``{}``)."""
+    started: list[str] = []
+    batch = _executor(started).open_batch()
+    feed = AnthropicFeed(batch)
+    whole = {"type": "tool_use", "id": "t1", "name": "weather", "input": {"city": "Oslo"}}
+    feed.feed({"type": "content_block_start", "index": 0, "content_block": whole})
+    feed.feed({"type": "content_block_stop", "index": 0})
+    streamed = {"type": "tool_use", "id": "t2", "name": "weather", "input": {"city": "Rome"}}
+    feed.feed({"type": "content_block_start", "index": 1, "content_block": streamed})
+    delta = {"type": "input_json_delta", "partial_json": '{"city": "Lima"}'}
+    feed.feed({"type": "content_block_delta", "index": 1, "delta": delta})
+    feed.feed({"type": "content_block_stop", "index": 1})
+    feed.feed({"type": "message_stop"})
+    outcome = await batch.run()
+    assert [r.text for r in outcome.results] == ["sunny in Oslo", "sunny in Lima"]
+    assert started == ["Oslo", "Lima"]

@@ -26,7 +26,9 @@ Three feeds, one per wire format of ``toolexec.formats``:
     ``response.incomplete`` or ``response.failed``.
 ``AnthropicFeed``
     Messages events. A ``tool_use`` block is complete at its
-    ``content_block_stop``; the batch closes at ``message_stop``.
+    ``content_block_stop``; the batch closes at ``message_stop``. A block
+    whose ``content_block_start`` carries its input whole, with no
+    ``input_json_delta`` after it, is added with that input.
 
 Events may be the official SDKs' objects or the same events as plain dicts
 (parsed server-sent-event JSON). Arguments are passed on as the JSON text
@@ -45,6 +47,7 @@ ended it with: if that differs from what was read ahead, it is read afresh.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -73,6 +76,8 @@ class _Feed:
         self._open: dict[Any, list[str]] = {}
         # key -> the call as last handed to ``Batch.expect``
         self._expected: dict[Any, ToolCall] = {}
+        # key -> arguments an event gave whole when the call started (used if no text follows)
+        self._given: dict[Any, str] = {}
         self._closed = False
 
     def _start(self, key: Any, call_id: Any, name: Any, arguments: Any = "") -> None:
@@ -89,9 +94,10 @@ class _Feed:
     def _finish(self, key: Any, arguments: str | None = None) -> None:
         parts = self._open.pop(key, None)
         expected = self._expected.pop(key, None)
+        given = self._given.pop(key, "")
         if parts is not None:
             call_id, name, text = parts
-            text = text if arguments is None else arguments
+            text = (text or given) if arguments is None else arguments
             call = ToolCall(call_id, name, text) if expected is None else expected
             if call.arguments != text or call.id != call_id or call.name != name:
                 call = ToolCall(call_id, name, text)  # it grew or changed since
@@ -176,7 +182,10 @@ class AnthropicFeed(_Feed):
         if kind == "content_block_start":
             block = _get(event, "content_block")
             if _get(block, "type") == "tool_use":
-                self._start(_get(event, "index"), _get(block, "id"), _get(block, "name"))
+                index, given = _get(event, "index"), _get(block, "input")
+                self._start(index, _get(block, "id"), _get(block, "name"))
+                if isinstance(given, Mapping) and given:  # whole, where no delta will follow
+                    self._given[index] = json.dumps(dict(given), ensure_ascii=False)
         elif kind == "content_block_delta":
             delta = _get(event, "delta")
             parts = self._open.get(_get(event, "index"))
