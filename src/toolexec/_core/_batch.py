@@ -143,9 +143,14 @@ class Batch:
                 f"batch {self.id} takes no more calls: {why}; open a streamed batch with "
                 "ToolExecutor.open_batch() and add calls before close()"
             )
-        slot = CallSlot(len(self._slots), call)
+        ahead = stream.expected.pop(call.id, None) if stream.expected else None
+        if ahead is None:
+            slot, expected = CallSlot(len(self._slots), call), None
+        else:  # its slot was made at ``expect``, off the call's path to its tool
+            expected, slot = ahead
+            slot.index, slot.call = len(self._slots), call
         self._slots.append(slot)
-        stream.planner.plan_call(slot, stream.expected.pop(call.id, None))
+        stream.planner.plan_call(slot, expected)
         if slot.state is State.DONE:  # answered at once; it splits no run
             if self._started:
                 self._report.settle(slot)
@@ -176,7 +181,7 @@ class Batch:
         if stream is not None and not stream.closed and not self._finished:
             expected = stream.planner.expect(call)
             if expected is not None:
-                stream.expected[call.id] = expected
+                stream.expected[call.id] = (expected, CallSlot(0, call))
             else:
                 stream.expected.pop(call.id, None)
 
@@ -441,8 +446,9 @@ class Stream:
     # What runs the last run's calls, while it runs.
     workers: WorkerPool | KeyedRun | None = None
     closed: bool = False
-    # Calls read ahead (``Batch.expect``), by call id, until added.
-    expected: dict[str, Expected] = attrs.field(factory=dict)
+    # Calls read ahead (``Batch.expect``), by call id, until added: what was read,
+    # and a slot made for the call.
+    expected: dict[str, tuple[Expected, CallSlot]] = attrs.field(factory=dict)
     _changed: trio.Event | None = None
 
     def place(self, slot: CallSlot) -> None:
