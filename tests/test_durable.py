@@ -499,6 +499,49 @@ async def test_the_local_approver_answers_into_the_journal(tmp_path: Path) -> No
     assert world.effects == ["append x"]
 
 
+class Counting:
+    """An approver that answers ``approved`` and counts the questions it was asked."""
+
+    def __init__(self, approved: bool) -> None:
+        self.approved, self.asked = approved, 0
+
+    async def request(self, request: Any) -> ApprovalAnswer:
+        self.asked += 1
+        return ApprovalAnswer(self.approved, by="ops")
+
+
+@pytest.mark.parametrize("approved", [True, False])
+async def test_a_prompt_once_answer_holds_for_the_session_s_other_processes(
+    tmp_path: Path, approved: bool
+) -> None:
+    """A host asks once for a ``prompt_once`` tool; another host of the session (its own
+    journal, its own memory), and one resumed later, take that answer without asking."""
+
+    def once(world: World, journal: Journal, approver: Counting) -> ToolExecutor:
+        config = ApprovalConfig(per_tool={"append": ApprovalMode.PROMPT_ONCE})
+        return ToolExecutor(make_registry(world), approval=config, approver=approver,
+                            journal=journal)  # fmt: skip
+
+    world = World()
+    first, second, later = Counting(approved), Counting(not approved), Counting(not approved)
+    a = once(world, await journal_at(tmp_path / "j.db"), first)
+    b = once(world, await journal_at(tmp_path / "j.db"), second)
+    results = [await a.execute_call(ToolCall("w1", "append", {"line": "a"}))]
+    results.append(await b.execute_call(ToolCall("w2", "append", {"line": "b"})))
+    c = once(world, await journal_at(tmp_path / "j.db"), later)
+    results.append(await c.execute_call(ToolCall("w3", "append", {"line": "c"})))
+    assert (first.asked, second.asked, later.asked) == (1, 0, 0)
+    if approved:
+        assert world.effects == ["append a", "append b", "append c"]
+    else:
+        assert world.effects == []
+        assert {r.error_class for r in results} == {ErrorClass.USER_DENIED}
+    other = await journal_at(tmp_path / "j.db", session="s2")  # another session asks anew
+    fresh = Counting(approved)
+    await once(world, other, fresh).execute_call(ToolCall("w4", "append", {"line": "d"}))
+    assert fresh.asked == 1
+
+
 async def test_a_remote_answer_beats_a_slower_local_one(tmp_path: Path) -> None:
     world = World()
     store = SQLiteStore(tmp_path / "j.db")

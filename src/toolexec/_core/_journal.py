@@ -43,7 +43,9 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
 
 __all__ = [
+    "ANSWERS",
     "CHECKPOINTS",
+    "RESERVED",
     "CallKey",
     "CallRecord",
     "JournalStore",
@@ -57,6 +59,11 @@ __all__ = [
 #: The batch key of agent loops' checkpoints (``_agents._checkpoint``): one record
 #: per loop, whose ``result`` each save replaces, apart from every batch of calls.
 CHECKPOINTS = "#checkpoints"
+#: The batch key of a session's ``prompt_once`` answers: one record per tool (its
+#: name the call id, agent path ``""``), whose ``result`` is the first answer given.
+ANSWERS = "#answers"
+#: The batches that hold no calls.
+RESERVED = (CHECKPOINTS, ANSWERS)
 
 
 class Phase(enum.IntEnum):

@@ -47,7 +47,15 @@ from .._gate._approval import ApprovalAnswer
 from .._gate._policy import HOST_GRANT
 from . import _messages as say
 from ._errors import ToolError
-from ._journal import CallKey, CallRecord, JournalStore, Phase, result_from_json, result_to_json
+from ._journal import (
+    ANSWERS,
+    CallKey,
+    CallRecord,
+    JournalStore,
+    Phase,
+    result_from_json,
+    result_to_json,
+)
 from ._lifecycle import State, error_result
 from ._types import ErrorClass, RoutingClass, ToolCall
 
@@ -168,6 +176,21 @@ class Journal:
     def keep(self, record: CallRecord) -> None:
         """Remember ``record`` as the latest known."""
         self._records.by_key[record.key] = record
+
+    async def remembered(self, tool: str) -> bool | None:
+        """The session's ``prompt_once`` answer for ``tool``, from any process; ``None``: none."""
+        record = await self.store.get(CallKey(self.session, "", ANSWERS, tool))
+        if record is None or record.result is None:
+            return None
+        return bool(json.loads(record.result).get("approved"))
+
+    async def remember(self, tool: str, approved: bool, by: str) -> None:
+        """Record the session's ``prompt_once`` answer for ``tool`` (the first one stays)."""
+        answer = json.dumps({"approved": approved, "by": by}, ensure_ascii=False)
+        key = CallKey(self.session, "", ANSWERS, tool)
+        await self.store.write(
+            [CallRecord(key=key, phase=Phase.FINISHED, tool=tool, result=answer)]
+        )
 
     def unfinished(self) -> list[tuple[str, list[ToolCall]]]:
         """The batches of this scope with a call that has no result: ``(batch key, calls)``.

@@ -2,7 +2,8 @@
 
 Theory of operation. A call whose planned approval mode is not ``auto`` asks
 before it is admitted, so a waiting human never holds a permit. A remembered
-``prompt_once`` answer for the tool decides at once; while a ``prompt_once``
+``prompt_once`` answer for the tool decides at once (with a journal, one any
+process of the session gave: it is a record); while a ``prompt_once``
 question for the tool is open, later calls of it (in this batch, another, or
 a sibling agent sharing the memory) wait for that answer instead of asking
 again, and ask only if it ends without one (a timeout, a cancel). Otherwise the approver
@@ -63,9 +64,16 @@ class Asker:
         """Get the call approved (``None``) or the result that refuses it."""
         if slot.needs_approval is not ApprovalMode.PROMPT_ONCE:
             return await self._ask(slot, report)
-        name, memory = slot.call.name, self.memory
+        name, memory, journal = slot.call.name, self.memory, report.journal
+        looked = journal is None  # with a journal, another process may have answered
         while name not in memory.answers:
             question = memory.open.get(name)
+            if question is None and journal is not None and not looked:
+                looked = True
+                remembered = await journal.journal.remembered(name)
+                if remembered is not None:
+                    memory.answers[name] = remembered
+                continue  # anything may have changed meanwhile
             if question is None:  # the first to ask: the others wait for this answer
                 question = memory.open[name] = trio.Event()
                 try:
@@ -124,6 +132,8 @@ class Asker:
             return error_result(slot, ErrorClass.CONFIRMATION_TIMEOUT, text)
         if slot.needs_approval is ApprovalMode.PROMPT_ONCE:
             self.memory.answers[name] = answer.approved is True
+            if report.journal is not None:  # for the session's other processes, and resumes
+                await report.journal.journal.remember(name, answer.approved is True, answer.by)
         if answer.approved is not True:
             return error_result(slot, ErrorClass.USER_DENIED, say.user_denied(name, answer.reason))
         slot.arguments = json.loads(request.arguments)  # run exactly what was shown

@@ -29,7 +29,7 @@ import attrs
 import trio
 
 from .._core._display import display_json, display_lines, display_text
-from .._core._journal import CHECKPOINTS, CallKey, CallRecord, Phase
+from .._core._journal import CHECKPOINTS, RESERVED, CallKey, CallRecord, Phase
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -53,7 +53,7 @@ SELECT session, agent_path, COUNT(*),
        SUM(CASE WHEN phase = 2 THEN 1 ELSE 0 END),
        SUM(CASE WHEN phase = 1 THEN 1 ELSE 0 END),
        SUM(CASE WHEN question IS NOT NULL AND answer IS NULL AND phase < 2 THEN 1 ELSE 0 END)
-FROM toolexec_calls WHERE batch <> '{CHECKPOINTS}'
+FROM toolexec_calls WHERE batch NOT IN ({", ".join(f"'{b}'" for b in RESERVED)})
 GROUP BY session, agent_path ORDER BY session, agent_path
 """
 # An agent loop's checkpoint (``_agents._checkpoint``): its turn, and why it stopped (or null).
@@ -272,7 +272,7 @@ def _in_order(records: list[CallRecord]) -> list[CallRecord]:
     """Batches in the order they were planned (unfinished ones last), calls by index."""
     groups: dict[tuple[str, str], list[CallRecord]] = {}
     for r in records:
-        if r.key.batch == CHECKPOINTS:  # an agent loop's own record, not a call
+        if r.key.batch in RESERVED:  # a loop's checkpoint or an answer, not a call
             continue
         groups.setdefault((r.key.agent_path, r.key.batch), []).append(r)
 
